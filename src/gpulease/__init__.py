@@ -1,0 +1,41 @@
+"""gpulease: what to rent, where, and what it will cost — then rent it and run on it.
+
+The SDK surface is kept small and lazy (importing ``gpulease`` loads nothing heavy)::
+
+    import gpulease
+    task = gpulease.load_task("examples/finetune-7b.yaml")
+    plans = gpulease.plan(task)
+    catalog = gpulease.Catalog.load()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["Catalog", "Plan", "PlanResult", "Task", "__version__", "load_task", "plan", "plan_all"]
+
+if TYPE_CHECKING:
+    from gpulease.catalog import Catalog
+    from gpulease.optimizer import Plan, PlanResult, plan, plan_all
+    from gpulease.spec import Task, load_task
+
+_LAZY = {
+    "Catalog": "gpulease.catalog",
+    "Plan": "gpulease.optimizer",
+    "PlanResult": "gpulease.optimizer",
+    "plan": "gpulease.optimizer",
+    "plan_all": "gpulease.optimizer",
+    "Task": "gpulease.spec",
+    "load_task": "gpulease.spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpulease' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,31 @@
+"""Shared rendering helpers: the Rich console, JSON output, money/hours formatting."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def money(value: float | None, digits: int = 0) -> str:
+    if value is None or value != value:
+        return "—"
+    return f"${value:,.{digits}f}"
+
+
+def hours(value: float | None) -> str:
+    if value is None or value != value:
+        return "—"
+    if value >= 48:
+        return f"{value / 24:.1f} d"
+    return f"{value:.1f} h" if value >= 1 else f"{value * 60:.0f} min"

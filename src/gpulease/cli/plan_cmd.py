@@ -1,0 +1,94 @@
+"""``gpulease plan TASK.yaml``: ranked plans, the Pareto front and every rejection, for a task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpulease.cli.output import console, hours, money, print_json
+
+if TYPE_CHECKING:
+    from gpulease.optimizer import Plan, PlanResult
+
+
+def plan(
+    task_file: Annotated[Path, typer.Argument(help="Task YAML (gpulease or SkyPilot format).")],
+    objective: Annotated[str, typer.Option(
+        "--objective", "-o", help="cheapest (default; meets the deadline), fastest (within the "
+        "budget) or price-per-tflop.")] = "cheapest",
+    top: Annotated[int, typer.Option("--top", "-n", help="How many plans to show.", min=1)] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every reason.")] = False,
+) -> None:
+    """Plan a task: what to rent, where, how long it takes and what it costs."""
+    import warnings
+
+    from gpulease.optimizer import plan_all
+    from gpulease.spec import load_task_with_warnings
+
+    task, spec_warnings = load_task_with_warnings(task_file)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = plan_all(task, objective=objective, top=top, launchable=_launchable())
+    if as_json:
+        data = result.to_dict()
+        data["warnings"] = spec_warnings
+        print_json(data)
+        return
+    err = console(stderr=True)
+    for warning in spec_warnings:
+        err.print(f"[yellow]warning:[/] {warning}")
+    render(result, title=task.name or task_file.name, verbose=verbose)
+
+
+def _launchable() -> frozenset[str]:
+    """Providers this install can rent on. None yet: launching arrives with the providers."""
+    return frozenset()
+
+
+def render(result: PlanResult, *, title: str, verbose: bool) -> None:
+    out = console()
+    if result.plans:
+        out.print(_table(result.plans, f"{title}: top plans ({result.objective})"))
+        out.print()
+        _print_reasons(out, result.plans, verbose)
+    if len(result.pareto) > 1:
+        out.print(_table(result.pareto, "cost / time Pareto front", compact=True))
+    if result.rejected:
+        out.print()
+        out.print(f"[bold]Rejected[/] (of {result.offers_considered} offers):")
+        for rejection in result.rejected:
+            out.print(f"  {rejection.offers:>6}  {rejection.reason}", markup=False)
+    for note in result.notes:
+        out.print(f"[dim]note: {note}[/]")
+
+
+def _table(plans: tuple[Plan, ...], title: str, *, compact: bool = False) -> object:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column in ("#", "provider", "region", "instance", "GPUs", "pricing", "$/h", "hours",
+                   "cost (low–high)"):
+        table.add_column(column, justify="right" if column in {"#", "GPUs", "$/h"} else "left")
+    for p in plans:
+        where = p.region + (f" ({p.zone})" if p.zone else "")
+        gpus = f"{p.num_nodes}×{p.gpus_per_node} {p.accelerator}" if p.num_nodes > 1 \
+            else f"{p.gpus_per_node} {p.accelerator}"
+        cost = "—" if p.est_cost is None else (
+            f"{money(p.est_cost.expected)} ({money(p.est_cost.low)}–{money(p.est_cost.high)})")
+        table.add_row(str(p.rank), p.provider, where, p.instance_type, gpus,
+                      p.pricing.replace("_", "-"), f"{p.price_per_hour:,.2f}",
+                      hours(p.est_hours.expected if p.est_hours else None), cost)
+    return table
+
+
+def _print_reasons(out: object, plans: tuple[Plan, ...], verbose: bool) -> None:
+    shown = plans if verbose else plans[:3]
+    for p in shown:
+        out.print(f"[bold]#{p.rank}[/] {p.provider} {p.instance_type}:")  # type: ignore[attr-defined]
+        for reason in p.reasons:
+            out.print(f"    • {reason}", markup=False)  # type: ignore[attr-defined]
+    if not verbose and len(plans) > 3:
+        out.print("[dim]  (--verbose shows the reasons of every plan)[/]")  # type: ignore[attr-defined]

@@ -1,0 +1,107 @@
+"""Hard constraints of a task's ``resources`` and ``data_policy``, applied to the offer table.
+
+Order matters only for the explanation: each rejected offer is explained by the first constraint it
+fails, in the order a user reads a task file (instance type, accelerators, providers, regions, data
+policy, host size, pricing availability).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gpulease.catalog.types import OfferTable
+from gpulease.optimizer.funnel import Funnel, Mask, examples
+from gpulease.policy import DataClass, evaluate_data_policy
+from gpulease.spec.models import Resources
+from gpulease.units import Minimum
+
+
+def apply_resource_constraints(
+    funnel: Funnel,
+    offers: OfferTable,
+    resources: Resources,
+    *,
+    data_classes: Sequence[DataClass],
+    countries: np.ndarray,
+) -> None:
+    """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload."""
+    _instance_type(funnel, offers, resources.instance_type)
+    _accelerators(funnel, offers, resources)
+    _providers(funnel, offers, resources)
+    _regions(funnel, offers, resources)
+    if data_classes:
+        verdict = evaluate_data_policy(
+            data_classes, provider=offers.provider, region=offers.region, country=countries,
+            certifications=offers.certifications, alive=funnel.alive,
+        )
+        funnel.alive &= verdict.allowed
+        for reason, count in verdict.reasons:
+            funnel.reject(reason, count)
+    _host_minimum(funnel, offers.vcpus, resources.cpus, "vCPUs", "cpus")
+    _host_minimum(funnel, offers.ram_gb, resources.memory, "GB of RAM", "memory")
+
+
+def _instance_type(funnel: Funnel, offers: OfferTable, wanted: str | None) -> None:
+    if wanted:
+        funnel.apply(offers.instance_type == wanted,
+                     lambda m: f"instance type is not {wanted} ({examples(offers.instance_type[m])})")
+
+
+def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
+    request = resources.accelerators
+    if request is None:
+        return
+    names = list(request.choices)
+    funnel.apply(np.isin(offers.accelerator, names),
+                 lambda m: f"accelerator not requested (asked for {', '.join(names)}; "
+                           f"these have {examples(offers.accelerator[m])})")
+    count_ok = np.ones(len(offers), dtype=bool)
+    for name, count in request.choices.items():
+        if count is not None:
+            count_ok &= ~((offers.accelerator == name) & (offers.gpu_count != count))
+    funnel.apply(count_ok, lambda m: _count_reason(offers, m, request.choices))
+
+
+def _count_reason(offers: OfferTable, removed: Mask, choices: Mapping[str, int | None]) -> str:
+    parts = []
+    for name, count in choices.items():
+        here = removed & (offers.accelerator == name)
+        if count is not None and here.any():
+            have = examples(int(c) for c in np.unique(offers.gpu_count[here]))
+            parts.append(f"{name}:{count} asked, these nodes have {have}")
+    return "GPUs per node differ from the request (" + "; ".join(parts) + ")"
+
+
+def _providers(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
+    if resources.providers:
+        allowed = [p.lower() for p in resources.providers]
+        funnel.apply(np.isin(offers.provider, allowed),
+                     lambda m: f"provider not in the allow-list {', '.join(allowed)} "
+                               f"({examples(offers.provider[m])})")
+    if resources.exclude_providers:
+        excluded = [p.lower() for p in resources.exclude_providers]
+        funnel.apply(~np.isin(offers.provider, excluded),
+                     lambda m: f"provider excluded ({examples(offers.provider[m])})")
+
+
+def _regions(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
+    if resources.regions:
+        allowed = list(resources.regions)
+        in_list = np.isin(offers.region, allowed) | np.isin(offers.zone, allowed)
+        funnel.apply(in_list, lambda m: f"region not in the allow-list {', '.join(allowed)} "
+                                        f"({examples(offers.region[m])})")
+    if resources.exclude_regions:
+        excluded = list(resources.exclude_regions)
+        out = ~(np.isin(offers.region, excluded) | np.isin(offers.zone, excluded))
+        funnel.apply(out, lambda m: f"region excluded ({examples(offers.region[m])})")
+
+
+def _host_minimum(funnel: Funnel, values: np.ndarray, wanted: Minimum | None, unit: str,
+                  field: str) -> None:
+    if wanted is None:
+        return
+    ok = values >= wanted.value if wanted.at_least else values == wanted.value
+    funnel.apply(ok, lambda m: f"{field}: {wanted} {unit} asked per node; these have "
+                               f"{examples(f'{v:g}' for v in np.unique(values[m]))}")

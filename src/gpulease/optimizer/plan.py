@@ -1,0 +1,118 @@
+"""The optimizer's results: :class:`Plan`, :class:`Range`, :class:`Rejection`, :class:`PlanResult`.
+
+Plans are plain frozen dataclasses built only for the few offers that make the top N or the Pareto
+front; the enumeration itself works on numpy columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Pricing = Literal["on_demand", "spot", "reserved"]
+Objective = Literal["cheapest", "fastest", "price-per-tflop"]
+OBJECTIVES: tuple[Objective, ...] = ("cheapest", "fastest", "price-per-tflop")
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A low / expected / high estimate."""
+
+    low: float
+    expected: float
+    high: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"low": round(self.low, 4), "expected": round(self.expected, 4),
+                "high": round(self.high, 4)}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One way to run the task: an offer × node count × pricing model, with estimates."""
+
+    rank: int
+    provider: str
+    region: str
+    zone: str | None
+    instance_type: str
+    accelerator: str
+    part: str
+    gpus_per_node: int
+    num_nodes: int
+    pricing: Pricing
+    price_per_hour: float  # quoted, whole plan (all nodes)
+    est_hours: Range | None
+    est_cost: Range | None
+    gpu_hours: Range | None
+    launchable: bool
+    reasons: tuple[str, ...]
+    gpu_memory_gb: float = 0.0
+    peak_tflops: float = 0.0  # dense peak of the whole plan at the workload's precision
+    interruption_band: int | None = None
+    sharding: str | None = None
+    as_of: str = ""
+    source: str = ""
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "provider": self.provider,
+            "region": self.region,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "accelerator": self.accelerator,
+            "part": self.part,
+            "gpus_per_node": self.gpus_per_node,
+            "num_nodes": self.num_nodes,
+            "pricing": self.pricing,
+            "price_per_hour": round(self.price_per_hour, 4),
+            "est_hours": self.est_hours.to_dict() if self.est_hours else None,
+            "est_cost": self.est_cost.to_dict() if self.est_cost else None,
+            "gpu_hours": self.gpu_hours.to_dict() if self.gpu_hours else None,
+            "launchable": self.launchable,
+            "reasons": list(self.reasons),
+            "gpu_memory_gb": self.gpu_memory_gb,
+            "peak_tflops": round(self.peak_tflops, 1),
+            "interruption_band": self.interruption_band,
+            "sharding": self.sharding,
+            "as_of": self.as_of,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A class of offers the optimizer ruled out, and why."""
+
+    reason: str
+    offers: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "offers": self.offers}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """Ranked plans, the cost/time Pareto front, and every rejected class of offers."""
+
+    plans: tuple[Plan, ...]
+    pareto: tuple[Plan, ...]
+    rejected: tuple[Rejection, ...]
+    objective: Objective
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    offers_considered: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "objective": self.objective,
+            "plans": [p.to_dict() for p in self.plans],
+            "pareto": [p.to_dict() for p in self.pareto],
+            "rejected": [r.to_dict() for r in self.rejected],
+            "notes": list(self.notes),
+            "offers_considered": self.offers_considered,
+        }

@@ -1,0 +1,255 @@
+"""Ranking and explaining: which cells of the candidate grid fail which constraint, the best node
+count per offer and pricing for the objective, the top N, the Pareto front, and each plan's reasons.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpulease.catalog import Catalog
+from gpulease.catalog.types import OfferTable
+from gpulease.optimizer.candidates import Grid
+from gpulease.optimizer.explain import plan_reasons
+from gpulease.optimizer.funnel import Funnel, examples
+from gpulease.optimizer.plan import Objective, Plan, Range
+from gpulease.optimizer.sizing import ConfigSizing
+from gpulease.spec.models import Task
+
+MAX_PARETO = 25
+
+
+@dataclass(slots=True)
+class Context:
+    task: Task
+    catalog: Catalog
+    offers: OfferTable  # the offers that passed the hard constraints
+    index: npt.NDArray[np.int64]  # their rows in the full table
+    sizings: list[ConfigSizing]
+    config_of: npt.NDArray[np.int64]
+    objective: Objective
+    launchable: frozenset[str]
+    keep: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def precision(self) -> str:
+        return self.task.workload.precision if self.task.workload else "bf16"
+
+
+def _reject(funnel: Funnel, ctx: Context, bad: npt.NDArray[np.bool_], reason: str) -> None:
+    passing = np.ones(funnel.alive.shape[0], dtype=bool)
+    passing[ctx.index[bad]] = False
+    funnel.apply(passing, reason)
+
+
+def explain_grid(funnel: Funnel, ctx: Context, grid: Grid) -> None:
+    """Reject offers with no feasible cell, one line per (constraint, accelerator) group."""
+    m = len(ctx.offers)
+    infeasible = np.array([ctx.sizings[c].infeasible is not None for c in ctx.config_of], bool) \
+        if m else np.zeros(0, bool)
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    for i in np.flatnonzero(infeasible):
+        by_reason[str(ctx.sizings[ctx.config_of[i]].infeasible)].append(int(i))
+    for reason, rows in sorted(by_reason.items()):
+        bad = np.zeros(m, dtype=bool)
+        bad[rows] = True
+        _reject(funnel, ctx, bad, reason)
+    alive = ~infeasible
+    stages = [
+        (grid.fits, lambda bad: "spot: interruptions too frequent at these node counts to finish "
+                                f"({examples(ctx.offers.instance_type[bad])})"),
+        (grid.fits & grid.deadline_ok, lambda bad: _deadline_reason(ctx, grid, bad)),
+        (grid.fits & grid.deadline_ok & grid.budget_ok, lambda bad: _budget_reason(ctx, grid, bad)),
+        (grid.feasible, lambda bad: _price_cap_reason(ctx, grid, bad)),
+    ]
+    for ok, reason in stages:
+        has = ok.any(axis=(0, 2)) if m else np.zeros(0, bool)
+        bad = alive & ~has
+        if bad.any():
+            _reject(funnel, ctx, bad, reason(bad))
+        alive &= has
+    ctx.keep = alive
+
+
+def _best_by_part(ctx: Context, values: npt.NDArray[np.float64], bad: npt.NDArray[np.bool_],
+                  fmt: str) -> str:
+    """``A100 (best 31 h), T4 (best 80 h)`` over the offers in ``bad``."""
+    best: dict[str, float] = {}
+    for i in np.flatnonzero(bad):
+        v = values[:, i].ravel()
+        v = v[np.isfinite(v)]
+        if v.size:
+            part = str(ctx.offers.part[i])
+            best[part] = min(best.get(part, math.inf), float(v.min()))
+    ordered = sorted(best.items(), key=lambda kv: kv[1])
+    shown = ", ".join(f"{part} (best {fmt.format(v)})" for part, v in ordered[:5])
+    return shown + (f", … (+{len(ordered) - 5})" if len(ordered) > 5 else "")
+
+
+def _deadline_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
+    hours = np.where(grid.fits, grid.hours[..., 1], np.nan)
+    return (f"too slow for the {ctx.task.deadline_hours:g} h deadline: "
+            + _best_by_part(ctx, hours, bad, "{:.1f} h"))
+
+
+def _budget_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
+    cost = np.where(grid.fits & grid.deadline_ok, grid.cost[..., 1], np.nan)
+    return (f"over the ${ctx.task.budget_usd:,.0f} budget: "
+            + _best_by_part(ctx, cost, bad, "${:,.0f}"))
+
+
+def _price_cap_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
+    price = np.where(grid.fits & grid.deadline_ok & grid.budget_ok, grid.plan_price, np.nan)
+    cap = ctx.task.resources.max_price_per_hour or 0.0
+    return f"above max_price_per_hour ${cap:g}/h: " + _best_by_part(ctx, price, bad, "${:.2f}/h")
+
+
+def preference_filter(funnel: Funnel, ctx: Context) -> None:
+    """With an ordered accelerator list, keep only the first accelerator that has a plan."""
+    request = ctx.task.resources.accelerators
+    if request is None or not request.ordered or not ctx.keep.any():
+        return
+    for name in request.choices:
+        has = ctx.keep & (ctx.offers.accelerator == name)
+        if has.any():
+            later = ctx.keep & ~has
+            if later.any():
+                _reject(funnel, ctx, later,
+                        f"lower in the preference order than {name}, which has feasible plans "
+                        f"({examples(ctx.offers.accelerator[later])})")
+            ctx.keep = has
+            return
+
+
+def _peak_total(ctx: Context, grid: Grid) -> npt.NDArray[np.float64]:
+    """Dense peak TFLOPS of every (offer, option) at the workload's precision: (m, L)."""
+    precision = ctx.precision()
+    per_gpu = {part: ctx.catalog.spec_for(part).peak_tflops(precision)
+               for part in np.unique(ctx.offers.part)}
+    gpu = np.array([per_gpu[p] for p in ctx.offers.part], dtype=float) if len(ctx.offers) \
+        else np.zeros(0)
+    return (gpu * ctx.offers.gpu_count)[:, None] * grid.nodes
+
+
+def _scores(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64]) \
+        -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(primary, secondary) scores, lower is better, shape (P, m, L)."""
+    workload = ctx.task.workload is not None
+    cost = grid.cost[..., 1] if workload else grid.plan_price
+    hours = grid.hours[..., 1] if workload else -np.broadcast_to(peak, grid.plan_price.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_tflop = grid.plan_price / peak[None]
+    if ctx.objective == "fastest":
+        return hours, cost
+    if ctx.objective == "price-per-tflop":
+        return per_tflop, cost
+    return cost, hours
+
+
+def rank(ctx: Context, grid: Grid, top: int) -> tuple[list[Plan], list[Plan]]:
+    """The top ``top`` plans for the objective and the cost/time Pareto front."""
+    if not ctx.keep.any():
+        return [], []
+    peak = _peak_total(ctx, grid)
+    primary, secondary = _scores(ctx, grid, peak)
+    ok = grid.feasible & ctx.keep[None, :, None]
+    primary = np.where(ok, primary, np.inf)
+    secondary = np.where(ok, secondary, np.inf)
+    best_l = np.argmin(primary + 1e-9 * np.nan_to_num(secondary, posinf=0.0), axis=2)
+    p_idx, m_idx = np.nonzero(np.isfinite(np.take_along_axis(primary, best_l[..., None], 2)[..., 0]))
+    l_idx = best_l[p_idx, m_idx]
+    order = np.lexsort((m_idx, p_idx, grid.plan_price[p_idx, m_idx, l_idx],
+                        secondary[p_idx, m_idx, l_idx], primary[p_idx, m_idx, l_idx]))
+    cells = [(int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in order]
+    plans = _build_plans(ctx, grid, peak, cells, top)
+    return plans, _pareto(ctx, grid, peak, ok)
+
+
+def _dedupe_key(ctx: Context, grid: Grid, cell: tuple[int, int, int]) -> tuple[object, ...]:
+    p, i, l = cell
+    pricing = grid.pricings[p]
+    zone = str(ctx.offers.zone[i]) if pricing == "spot" else ""
+    return (str(ctx.offers.provider[i]), str(ctx.offers.region[i]), zone,
+            str(ctx.offers.instance_type[i]), pricing, float(grid.nodes[i, l]))
+
+
+def _build_plans(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
+                 cells: list[tuple[int, int, int]], limit: int) -> list[Plan]:
+    plans: list[Plan] = []
+    seen: set[tuple[object, ...]] = set()
+    for cell in cells:
+        key = _dedupe_key(ctx, grid, cell)
+        if key in seen:
+            continue
+        seen.add(key)
+        plans.append(_make_plan(ctx, grid, peak, cell, rank=len(plans) + 1,
+                                first=plans[0] if plans else None))
+        if len(plans) >= limit:
+            break
+    return plans
+
+
+def _pareto(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
+            ok: npt.NDArray[np.bool_]) -> list[Plan]:
+    workload = ctx.task.workload is not None
+    cost = grid.cost[..., 1] if workload else grid.plan_price
+    time = grid.hours[..., 1] if workload else 1.0 / np.maximum(peak[None], 1e-9) * np.ones_like(
+        grid.plan_price)
+    p_idx, m_idx, l_idx = np.nonzero(ok & np.isfinite(cost) & np.isfinite(time))
+    c, t = cost[p_idx, m_idx, l_idx], time[p_idx, m_idx, l_idx]
+    order = np.lexsort((m_idx, p_idx, c, t))
+    front: list[tuple[int, int, int]] = []
+    best = math.inf
+    for o in order:
+        if c[o] < best - 1e-9:
+            best = float(c[o])
+            front.append((int(p_idx[o]), int(m_idx[o]), int(l_idx[o])))
+    if len(front) > MAX_PARETO:  # keep the ends and an even spread between them
+        picks = np.unique(np.linspace(0, len(front) - 1, MAX_PARETO).round().astype(int))
+        front = [front[k] for k in picks]
+    plans = _build_plans(ctx, grid, peak, front, MAX_PARETO)
+    return [_renumber(p, k + 1) for k, p in enumerate(plans)]
+
+
+def _renumber(plan: Plan, rank: int) -> Plan:
+    from dataclasses import replace
+
+    return replace(plan, rank=rank)
+
+
+def _make_plan(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
+               cell: tuple[int, int, int], *, rank: int, first: Plan | None) -> Plan:
+    p, i, l = cell
+    offers = ctx.offers
+    sizing = ctx.sizings[int(ctx.config_of[i])]
+    nodes = int(grid.nodes[i, l])
+    gpus = int(offers.gpu_count[i]) * nodes
+    has_workload = ctx.task.workload is not None
+    hours = Range(*map(float, grid.hours[p, i, l])) if has_workload else None
+    cost = Range(*map(float, grid.cost[p, i, l])) if has_workload else None
+    gpu_hours = Range(hours.low * gpus, hours.expected * gpus, hours.high * gpus) \
+        if hours else None
+    band = int(offers.interruption_band[i])
+    zone = str(offers.zone[i]) or None
+    plan = Plan(
+        rank=rank, provider=str(offers.provider[i]), region=str(offers.region[i]),
+        zone=zone if grid.pricings[p] == "spot" else None,
+        instance_type=str(offers.instance_type[i]), accelerator=str(offers.accelerator[i]),
+        part=str(offers.part[i]), gpus_per_node=int(offers.gpu_count[i]), num_nodes=nodes,
+        pricing=grid.pricings[p], price_per_hour=float(grid.plan_price[p, i, l]),
+        est_hours=hours, est_cost=cost, gpu_hours=gpu_hours,
+        launchable=str(offers.provider[i]) in ctx.launchable, reasons=(),
+        gpu_memory_gb=float(offers.gpu_memory_gb[i]), peak_tflops=float(peak[i, l]),
+        interruption_band=band if band >= 0 else None,
+        sharding=sizing.sharding[l] if l < len(sizing.sharding) else None,
+        as_of=str(offers.as_of[i]), source=str(offers.source[i]),
+    )
+    from dataclasses import replace
+
+    on_demand = float(offers.price_on_demand[i])
+    notes = sizing.notes[l] if l < len(sizing.notes) else ()
+    return replace(plan, reasons=plan_reasons(ctx.task, ctx.objective, plan, first,
+                                              on_demand_node_price=on_demand, sizing_notes=notes))
