@@ -32,8 +32,22 @@ ALLOWED: dict[str, set[str]] = {
     "bench": {"catalog"},
     "client": {"spec"},
     "cli": {"client", "spec", "catalog", "estimate", "optimizer", "spot", "bench", "policy"},
-    "server": {"spec", "catalog", "estimate", "policy", "optimizer", "spot", "providers",
-               "storage", "state", "controller", "agent", "serve", "metrics", "bench"},
+    "server": {
+        "spec",
+        "catalog",
+        "estimate",
+        "policy",
+        "optimizer",
+        "spot",
+        "providers",
+        "storage",
+        "state",
+        "controller",
+        "agent",
+        "serve",
+        "metrics",
+        "bench",
+    },
 }
 
 

@@ -44,21 +44,33 @@ def in_process(repeat: int, offers: int) -> list[dict[str, object]]:
         for label, catalog in (("bundled", bundled), (f"synthetic {offers:,}", synthetic)):
             plan_all(task, catalog=catalog, config={})  # warm caches
             ms = _median_ms(lambda t=task, c=catalog: plan_all(t, catalog=c, config={}), repeat)
-            rows.append({"example": name, "catalog": label, "offers": len(catalog.offers),
-                         "median_ms": round(ms, 2)})
+            rows.append(
+                {
+                    "example": name,
+                    "catalog": label,
+                    "offers": len(catalog.offers),
+                    "median_ms": round(ms, 2),
+                }
+            )
     return rows
 
 
 def whole_cli(repeat: int) -> list[dict[str, object]]:
     exe = Path(sys.executable).parent / "gpulease"
-    baseline = _median_ms(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True),
-                          repeat)
+    baseline = _median_ms(
+        lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), repeat
+    )
     rows = [{"command": "python -c pass (baseline)", "median_ms": round(baseline, 1)}]
     for name in EXAMPLES:
         cmd = [str(exe), "plan", str(ROOT / "examples" / f"{name}.yaml"), "--json"]
         ms = _median_ms(lambda c=cmd: subprocess.run(c, check=True, capture_output=True), repeat)
-        rows.append({"command": f"gpulease plan examples/{name}.yaml --json",
-                     "median_ms": round(ms, 1), "x_baseline": round(ms / baseline, 1)})
+        rows.append(
+            {
+                "command": f"gpulease plan examples/{name}.yaml --json",
+                "median_ms": round(ms, 1),
+                "x_baseline": round(ms / baseline, 1),
+            }
+        )
     return rows
 
 

@@ -18,8 +18,19 @@ from dataclasses import dataclass
 _COUNT_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _COUNT_RE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.I)
 _DURATION_UNIT_HOURS = {
-    "s": 1 / 3600, "sec": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "hr": 1.0,
-    "hour": 1.0, "hours": 1.0, "d": 24.0, "day": 24.0, "days": 24.0, "w": 168.0, "week": 168.0,
+    "s": 1 / 3600,
+    "sec": 1 / 3600,
+    "m": 1 / 60,
+    "min": 1 / 60,
+    "h": 1.0,
+    "hr": 1.0,
+    "hour": 1.0,
+    "hours": 1.0,
+    "d": 24.0,
+    "day": 24.0,
+    "days": 24.0,
+    "w": 168.0,
+    "week": 168.0,
     "weeks": 168.0,
 }
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-z]*)\s*$", re.I)
@@ -58,7 +69,7 @@ def parse_duration_hours(value: object) -> float:
         raise ValueError(f"expected a duration such as 36h or 3d, got {type(value).__name__}")
     match = _DURATION_RE.match(value)
     unit = match.group(2).lower() if match else ""
-    if not match or unit not in _DURATION_UNIT_HOURS and unit != "":
+    if not match or (unit not in _DURATION_UNIT_HOURS and unit != ""):
         raise ValueError(f"expected a duration such as 36h, 90m or 3d, got {value!r}")
     hours = float(match.group(1)) * _DURATION_UNIT_HOURS.get(unit, 1.0)
     return _finite_non_negative(hours, "the duration")

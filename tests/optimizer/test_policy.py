@@ -21,14 +21,15 @@ CERTS = np.array(["hipaa", "hipaa", "", "hipaa;soc2", "soc2"])
 
 def _verdict(names: list[str], config: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
     classes = resolve_data_classes(names, load_data_classes(config))
-    return evaluate_data_policy(classes, provider=PROVIDER, region=REGION, country=COUNTRY,
-                                certifications=CERTS)
+    return evaluate_data_policy(
+        classes, provider=PROVIDER, region=REGION, country=COUNTRY, certifications=CERTS
+    )
 
 
 def test_phi_keeps_only_providers_with_a_baa_on_record() -> None:
     verdict = _verdict(["phi"])
     assert verdict.allowed.tolist() == [True, True, False, True, False]
-    (reason, count), = verdict.reasons
+    ((reason, count),) = verdict.reasons
     assert count == 2 and "HIPAA BAA" in reason and "lambda" in reason and "runpod" in reason
 
 
@@ -50,8 +51,15 @@ def test_aliases_match_their_built_ins() -> None:
 
 
 def test_user_defined_class_from_config() -> None:
-    config = {"data_classes": {"clinical": {"providers": ["aws", "gcp"], "regions": ["eu-*"],
-                                            "certifications": "hipaa"}}}
+    config = {
+        "data_classes": {
+            "clinical": {
+                "providers": ["aws", "gcp"],
+                "regions": ["eu-*"],
+                "certifications": "hipaa",
+            }
+        }
+    }
     verdict = _verdict(["clinical"], config)
     assert verdict.allowed.tolist() == [False, True, False, False, False]
     reasons = " | ".join(r for r, _ in verdict.reasons)
@@ -63,12 +71,15 @@ def test_unknown_class_suggests_the_closest_name() -> None:
         resolve_data_classes(["eu-resident2"], load_data_classes({}))
 
 
-@pytest.mark.parametrize("bad", [
-    {"data_classes": ["phi"]},
-    {"data_classes": {"x": "aws"}},
-    {"data_classes": {"x": {"providerz": ["aws"]}}},
-    {"data_classes": {"x": {"providers": [1, 2]}}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"data_classes": ["phi"]},
+        {"data_classes": {"x": "aws"}},
+        {"data_classes": {"x": {"providerz": ["aws"]}}},
+        {"data_classes": {"x": {"providers": [1, 2]}}},
+    ],
+)
 def test_bad_config_names_the_field(bad: dict[str, object]) -> None:
     with pytest.raises(UserInputError, match="data_classes"):
         load_data_classes(bad)

@@ -9,13 +9,25 @@ single :class:`Offer` for display.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+
+#: For each precision, the modes tried in order by :meth:`AcceleratorSpec.peak_tflops`.
+PRECISION_FALLBACKS: dict[str, tuple[str, ...]] = {
+    "fp64": ("fp64",),
+    "fp32": ("fp32",),
+    "tf32": ("tf32", "fp32"),
+    "bf16": ("bf16", "fp32"),
+    "fp16": ("fp16", "fp32"),
+    "fp8": ("fp8", "bf16", "fp32"),
+    "int8": ("int8", "fp16", "fp32"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +61,23 @@ class AcceleratorSpec:
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for ``precision``, falling back to the nearest slower mode it supports.
 
-        fp8 → bf16/fp16 → fp32 when unsupported; tf32 → fp32; bf16 on parts without bf16 (Volta,
+        fp8 → bf16 → fp32 when unsupported; tf32 → fp32; bf16 on parts without bf16 (Volta,
         Turing) → fp16 figure is NOT used (bf16 is emulated there), fp32 is.
+
+        The chains (first figure present wins) are in :data:`PRECISION_FALLBACKS`: fp8 → bf16 →
+        fp32, int8 → fp16 → fp32, fp16 → fp32, tf32 → fp32. fp64 and fp32 have no slower mode;
+        a part without that figure (fp64 on L4, fp32 on Gaudi2) returns 0.0, which callers read
+        as "cannot run this precision usefully". Unknown precisions raise :class:`ValueError`.
         """
-        ...
-        raise NotImplementedError
+        chain = PRECISION_FALLBACKS.get(precision)
+        if chain is None:
+            known = ", ".join(PRECISION_FALLBACKS)
+            raise ValueError(f"unknown precision {precision!r}; expected one of {known}")
+        for mode in chain:
+            value = self.tflops.get(mode)
+            if value is not None and value > 0:
+                return float(value)
+        return 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +110,11 @@ class Offer:
 @dataclass(slots=True)
 class OfferTable:
     """Offers, one numpy array per column, all of equal length. Missing prices are NaN;
-    a missing zone is ""; a missing interruption band is -1; certifications are ";"-joined."""
+    a missing zone is ""; a missing interruption band is -1; certifications are ";"-joined.
+
+    Unknown hardware figures are NaN too: ``vcpus``/``ram_gb`` (Vast lists placeholders),
+    ``nvme_gb`` and ``network_gbps`` (not published with confidence for some instance types).
+    Prices are per instance-hour; ``gpu_memory_gb`` is per GPU."""
 
     provider: npt.NDArray[np.str_]
     region: npt.NDArray[np.str_]
@@ -115,10 +143,105 @@ class OfferTable:
         return int(self.provider.shape[0])
 
     def row(self, i: int) -> Offer:
-        ...
-        raise NotImplementedError
+        """Offer ``i`` as an object (NaN prices and band -1 become None, "" zone becomes None)."""
+        band = int(self.interruption_band[i])
+        certs = str(self.certifications[i])
+        return Offer(
+            provider=str(self.provider[i]),
+            region=str(self.region[i]),
+            zone=str(self.zone[i]) or None,
+            instance_type=str(self.instance_type[i]),
+            accelerator=str(self.accelerator[i]),
+            part=str(self.part[i]),
+            gpu_count=int(self.gpu_count[i]),
+            gpu_memory_gb=float(self.gpu_memory_gb[i]),
+            vcpus=float(self.vcpus[i]),
+            ram_gb=float(self.ram_gb[i]),
+            nvme_gb=float(self.nvme_gb[i]),
+            network_gbps=float(self.network_gbps[i]),
+            fabric=str(self.fabric[i]),
+            price_on_demand=_price(self.price_on_demand[i]),
+            price_spot=_price(self.price_spot[i]),
+            price_reserved_1y=_price(self.price_reserved_1y[i]),
+            price_reserved_3y=_price(self.price_reserved_3y[i]),
+            interruption_band=band if band >= 0 else None,
+            certifications=tuple(c for c in certs.split(";") if c),
+            as_of=str(self.as_of[i]),
+            source=str(self.source[i]),
+        )
+
+    def rows(self) -> list[Offer]:
+        """Every offer as an object (for display; the optimizer stays columnar)."""
+        return [self.row(i) for i in range(len(self))]
 
     def take(self, index: npt.NDArray[np.bool_] | npt.NDArray[np.int64]) -> OfferTable:
         """A new table of the rows selected by a mask or an index array."""
-        ...
-        raise NotImplementedError
+        columns = {name: getattr(self, name)[index] for name in COLUMNS}
+        extra = {name: values[index] for name, values in self.extra.items()}
+        return OfferTable.from_columns(columns, extra)
+
+    def column_dict(self) -> dict[str, np.ndarray]:
+        """The columns by name, in :data:`COLUMNS` order (``extra`` not included)."""
+        return {name: getattr(self, name) for name in COLUMNS}
+
+    @staticmethod
+    def concat(tables: list[OfferTable]) -> OfferTable:
+        """The rows of ``tables`` one after the other (``extra`` kept only where all have it)."""
+        if not tables:
+            return OfferTable.empty()
+        columns = {name: np.concatenate([getattr(t, name) for t in tables]) for name in COLUMNS}
+        shared = set.intersection(*(set(t.extra) for t in tables))
+        extra = {name: np.concatenate([t.extra[name] for t in tables]) for name in sorted(shared)}
+        return OfferTable.from_columns(columns, extra)
+
+    @staticmethod
+    def empty() -> OfferTable:
+        """A table with no rows."""
+        return OfferTable.from_columns(
+            {name: np.array([], dtype=kind) for name, kind in COLUMNS.items()}
+        )
+
+    @staticmethod
+    def from_columns(
+        columns: Mapping[str, np.ndarray],
+        extra: Mapping[str, npt.NDArray[np.float64]] | None = None,
+    ) -> OfferTable:
+        """A table from arrays named as in :data:`COLUMNS` (all of them, equal lengths)."""
+        missing = [name for name in COLUMNS if name not in columns]
+        if missing:
+            raise ValueError(f"missing offer columns: {', '.join(missing)}")
+        lengths = {len(columns[name]) for name in COLUMNS}
+        if len(lengths) > 1:
+            raise ValueError(f"offer columns differ in length: {sorted(lengths)}")
+        kwargs: dict[str, Any] = {name: columns[name] for name in COLUMNS}
+        return OfferTable(**kwargs, extra=dict(extra or {}))
+
+
+def _price(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
+#: The columns of :class:`OfferTable` (and of ``offers.csv``) with their numpy kinds.
+COLUMNS: dict[str, type] = {
+    "provider": np.str_,
+    "region": np.str_,
+    "zone": np.str_,
+    "instance_type": np.str_,
+    "accelerator": np.str_,
+    "part": np.str_,
+    "gpu_count": np.int64,
+    "gpu_memory_gb": np.float64,
+    "vcpus": np.float64,
+    "ram_gb": np.float64,
+    "nvme_gb": np.float64,
+    "network_gbps": np.float64,
+    "fabric": np.str_,
+    "price_on_demand": np.float64,
+    "price_spot": np.float64,
+    "price_reserved_1y": np.float64,
+    "price_reserved_3y": np.float64,
+    "interruption_band": np.int64,
+    "certifications": np.str_,
+    "as_of": np.str_,
+    "source": np.str_,
+}

@@ -20,8 +20,9 @@ FORMATS = ("skypilot",)
 @app.command("show")
 def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    bundled: Annotated[bool, typer.Option("--bundled", help="The bundled snapshot, "
-                                                            "ignoring any refreshed cache.")] = False,
+    bundled: Annotated[
+        bool, typer.Option("--bundled", help="The bundled snapshot, ignoring any refreshed cache.")
+    ] = False,
 ) -> None:
     """Where the catalog comes from, how old it is, and what it holds."""
     from gpulease.catalog import Catalog
@@ -31,8 +32,11 @@ def show(
     age = catalog.age_days()
     per_provider = Counter(str(p) for p in offers.provider)
     data = {
-        "source": catalog.source, "as_of": str(catalog.as_of), "age_days": age,
-        "stale": age > STALE_AFTER_DAYS, "offers": len(offers),
+        "source": catalog.source,
+        "as_of": str(catalog.as_of),
+        "age_days": age,
+        "stale": age > STALE_AFTER_DAYS,
+        "offers": len(offers),
         "providers": dict(sorted(per_provider.items())),
         "accelerators": sorted({str(a) for a in offers.accelerator}),
     }
@@ -40,23 +44,31 @@ def show(
         print_json(data)
         return
     out = console()
-    out.print(f"catalog: {catalog.source}  ({len(offers)} offers, as of {catalog.as_of}, "
-              f"{age} days old)")
+    out.print(
+        f"catalog: {catalog.source}  ({len(offers)} offers, as of {catalog.as_of}, {age} days old)"
+    )
     for provider, count in sorted(per_provider.items()):
         out.print(f"  {provider:<12} {count:>6} offers")
     out.print(f"accelerators: {', '.join(data['accelerators'])}")  # type: ignore[arg-type]
     if age > STALE_AFTER_DAYS:
         console(stderr=True).print(
             f"[yellow]warning:[/] the catalog is {age} days old (older than {STALE_AFTER_DAYS}); "
-            "prices may have moved: run `gpulease catalog update`")
+            "prices may have moved: run `gpulease catalog update`"
+        )
 
 
 @app.command("update")
 def update(
-    provider: Annotated[list[str] | None, typer.Option(
-        "--provider", "-p", help="Refresh only this provider (repeatable).")] = None,
-    source: Annotated[Path | None, typer.Option(
-        "--from", help="A local folder of gpuhunt-format CSV files instead of the internet.")] = None,
+    provider: Annotated[
+        list[str] | None,
+        typer.Option("--provider", "-p", help="Refresh only this provider (repeatable)."),
+    ] = None,
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--from", help="A local folder of gpuhunt-format CSV files instead of the internet."
+        ),
+    ] = None,
 ) -> None:
     """Refresh offers from gpuhunt (needs the `gpuhunt` extra and the internet, or --from DIR)."""
     from gpulease.catalog import update_from_gpuhunt
@@ -93,5 +105,6 @@ def _report(path: Path) -> None:
     from gpulease.catalog import Catalog
 
     catalog = Catalog.load()
-    console().print(f"catalog updated: {len(catalog.offers)} offers, as of {catalog.as_of}, "
-                    f"cached at {path}")
+    console().print(
+        f"catalog updated: {len(catalog.offers)} offers, as of {catalog.as_of}, cached at {path}"
+    )

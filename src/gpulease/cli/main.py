@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 
 from gpulease.cli import catalog_cmd, gpus_cmd, plan_cmd
@@ -28,7 +29,9 @@ app.command("gpus")(gpus_cmd.gpus)
 
 @app.command("schema")
 def schema(
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file.")
+    ] = None,
 ) -> None:
     """Print the JSON Schema of the task YAML format."""
     import json
@@ -69,17 +72,11 @@ def run() -> None:
         sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except _click_exception() as exc:
+    except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-
-
-def _click_exception() -> type[Exception]:
-    import click
-
-    return click.ClickException
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -10,7 +11,10 @@ from rich.console import Console
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A Rich console; when output is not a terminal, wide enough for every table column."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def print_json(data: Any) -> None:
@@ -18,13 +22,13 @@ def print_json(data: Any) -> None:
 
 
 def money(value: float | None, digits: int = 0) -> str:
-    if value is None or value != value:
+    if value is None or math.isnan(value):
         return "—"
     return f"${value:,.{digits}f}"
 
 
 def hours(value: float | None) -> str:
-    if value is None or value != value:
+    if value is None or math.isnan(value):
         return "—"
     if value >= 48:
         return f"{value / 24:.1f} d"

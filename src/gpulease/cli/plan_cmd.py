@@ -15,9 +15,15 @@ if TYPE_CHECKING:
 
 def plan(
     task_file: Annotated[Path, typer.Argument(help="Task YAML (gpulease or SkyPilot format).")],
-    objective: Annotated[str, typer.Option(
-        "--objective", "-o", help="cheapest (default; meets the deadline), fastest (within the "
-        "budget) or price-per-tflop.")] = "cheapest",
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            "-o",
+            help="cheapest (default; meets the deadline), fastest (within the "
+            "budget) or price-per-tflop.",
+        ),
+    ] = "cheapest",
     top: Annotated[int, typer.Option("--top", "-n", help="How many plans to show.", min=1)] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every reason.")] = False,
@@ -69,18 +75,43 @@ def _table(plans: tuple[Plan, ...], title: str, *, compact: bool = False) -> obj
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", show_lines=False)
-    for column in ("#", "provider", "region", "instance", "GPUs", "pricing", "$/h", "hours",
-                   "cost (low–high)"):
+    for column in (
+        "#",
+        "provider",
+        "region",
+        "instance",
+        "GPUs",
+        "pricing",
+        "$/h",
+        "hours",
+        "cost (low–high)",
+    ):
         table.add_column(column, justify="right" if column in {"#", "GPUs", "$/h"} else "left")
     for p in plans:
         where = p.region + (f" ({p.zone})" if p.zone else "")
-        gpus = f"{p.num_nodes}×{p.gpus_per_node} {p.accelerator}" if p.num_nodes > 1 \
+        gpus = (
+            f"{p.num_nodes}×{p.gpus_per_node} {p.accelerator}"
+            if p.num_nodes > 1
             else f"{p.gpus_per_node} {p.accelerator}"
-        cost = "—" if p.est_cost is None else (
-            f"{money(p.est_cost.expected)} ({money(p.est_cost.low)}–{money(p.est_cost.high)})")
-        table.add_row(str(p.rank), p.provider, where, p.instance_type, gpus,
-                      p.pricing.replace("_", "-"), f"{p.price_per_hour:,.2f}",
-                      hours(p.est_hours.expected if p.est_hours else None), cost)
+        )
+        cost = (
+            "—"
+            if p.est_cost is None
+            else (
+                f"{money(p.est_cost.expected)} ({money(p.est_cost.low)}–{money(p.est_cost.high)})"
+            )
+        )
+        table.add_row(
+            str(p.rank),
+            p.provider,
+            where,
+            p.instance_type,
+            gpus,
+            p.pricing.replace("_", "-"),
+            f"{p.price_per_hour:,.2f}",
+            hours(p.est_hours.expected if p.est_hours else None),
+            cost,
+        )
     return table
 
 

@@ -10,5 +10,13 @@ from __future__ import annotations
 from gpulease.optimizer.core import plan, plan_all
 from gpulease.optimizer.plan import OBJECTIVES, Objective, Plan, PlanResult, Range, Rejection
 
-__all__ = ["OBJECTIVES", "Objective", "Plan", "PlanResult", "Range", "Rejection", "plan",
-           "plan_all"]
+__all__ = [
+    "OBJECTIVES",
+    "Objective",
+    "Plan",
+    "PlanResult",
+    "Range",
+    "Rejection",
+    "plan",
+    "plan_all",
+]

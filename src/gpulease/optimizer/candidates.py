@@ -58,8 +58,10 @@ def build_grid(
     for k, pricing in enumerate(pricings):
         if pricing == "spot" and has_workload:
             # low hours with the low rate, expected with expected, high with the high rate
-            stretch = np.stack([spot_overhead.stretch_factor(rates[:, j, None], nodes, loss)
-                                for j in range(3)], axis=-1)  # (m, L, 3)
+            stretch = np.stack(
+                [spot_overhead.stretch_factor(rates[:, j, None], nodes, loss) for j in range(3)],
+                axis=-1,
+            )  # (m, L, 3)
             hours_p[k] = hours * stretch
         else:
             hours_p[k] = hours
@@ -68,11 +70,22 @@ def build_grid(
     priced = np.isfinite(plan_price)
     fits = priced & (np.isfinite(hours_p[..., 1]) if has_workload else priced)
     with np.errstate(invalid="ignore"):
-        deadline_ok = (hours_p[..., 1] <= deadline_h) if (deadline_h and has_workload) \
-            else np.ones_like(fits)
-        budget_ok = (cost[..., 1] <= budget_usd) if (budget_usd and has_workload) \
-            else np.ones_like(fits)
-        price_ok = (plan_price <= max_price_per_hour) if max_price_per_hour \
-            else np.ones_like(fits)
-    return Grid(pricings, price_node, nodes, hours_p, cost, plan_price, fits,
-                deadline_ok, budget_ok, price_ok)
+        deadline_ok = (
+            (hours_p[..., 1] <= deadline_h) if (deadline_h and has_workload) else np.ones_like(fits)
+        )
+        budget_ok = (
+            (cost[..., 1] <= budget_usd) if (budget_usd and has_workload) else np.ones_like(fits)
+        )
+        price_ok = (plan_price <= max_price_per_hour) if max_price_per_hour else np.ones_like(fits)
+    return Grid(
+        pricings,
+        price_node,
+        nodes,
+        hours_p,
+        cost,
+        plan_price,
+        fits,
+        deadline_ok,
+        budget_ok,
+        price_ok,
+    )

@@ -33,8 +33,12 @@ def apply_resource_constraints(
     _regions(funnel, offers, resources)
     if data_classes:
         verdict = evaluate_data_policy(
-            data_classes, provider=offers.provider, region=offers.region, country=countries,
-            certifications=offers.certifications, alive=funnel.alive,
+            data_classes,
+            provider=offers.provider,
+            region=offers.region,
+            country=countries,
+            certifications=offers.certifications,
+            alive=funnel.alive,
         )
         funnel.alive &= verdict.allowed
         for reason, count in verdict.reasons:
@@ -45,8 +49,10 @@ def apply_resource_constraints(
 
 def _instance_type(funnel: Funnel, offers: OfferTable, wanted: str | None) -> None:
     if wanted:
-        funnel.apply(offers.instance_type == wanted,
-                     lambda m: f"instance type is not {wanted} ({examples(offers.instance_type[m])})")
+        funnel.apply(
+            offers.instance_type == wanted,
+            lambda m: f"instance type is not {wanted} ({examples(offers.instance_type[m])})",
+        )
 
 
 def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
@@ -54,9 +60,13 @@ def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> N
     if request is None:
         return
     names = list(request.choices)
-    funnel.apply(np.isin(offers.accelerator, names),
-                 lambda m: f"accelerator not requested (asked for {', '.join(names)}; "
-                           f"these have {examples(offers.accelerator[m])})")
+    funnel.apply(
+        np.isin(offers.accelerator, names),
+        lambda m: (
+            f"accelerator not requested (asked for {', '.join(names)}; "
+            f"these have {examples(offers.accelerator[m])})"
+        ),
+    )
     count_ok = np.ones(len(offers), dtype=bool)
     for name, count in request.choices.items():
         if count is not None:
@@ -77,31 +87,47 @@ def _count_reason(offers: OfferTable, removed: Mask, choices: Mapping[str, int |
 def _providers(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
     if resources.providers:
         allowed = [p.lower() for p in resources.providers]
-        funnel.apply(np.isin(offers.provider, allowed),
-                     lambda m: f"provider not in the allow-list {', '.join(allowed)} "
-                               f"({examples(offers.provider[m])})")
+        funnel.apply(
+            np.isin(offers.provider, allowed),
+            lambda m: (
+                f"provider not in the allow-list {', '.join(allowed)} "
+                f"({examples(offers.provider[m])})"
+            ),
+        )
     if resources.exclude_providers:
         excluded = [p.lower() for p in resources.exclude_providers]
-        funnel.apply(~np.isin(offers.provider, excluded),
-                     lambda m: f"provider excluded ({examples(offers.provider[m])})")
+        funnel.apply(
+            ~np.isin(offers.provider, excluded),
+            lambda m: f"provider excluded ({examples(offers.provider[m])})",
+        )
 
 
 def _regions(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
     if resources.regions:
         allowed = list(resources.regions)
         in_list = np.isin(offers.region, allowed) | np.isin(offers.zone, allowed)
-        funnel.apply(in_list, lambda m: f"region not in the allow-list {', '.join(allowed)} "
-                                        f"({examples(offers.region[m])})")
+        funnel.apply(
+            in_list,
+            lambda m: (
+                f"region not in the allow-list {', '.join(allowed)} ({examples(offers.region[m])})"
+            ),
+        )
     if resources.exclude_regions:
         excluded = list(resources.exclude_regions)
         out = ~(np.isin(offers.region, excluded) | np.isin(offers.zone, excluded))
         funnel.apply(out, lambda m: f"region excluded ({examples(offers.region[m])})")
 
 
-def _host_minimum(funnel: Funnel, values: np.ndarray, wanted: Minimum | None, unit: str,
-                  field: str) -> None:
+def _host_minimum(
+    funnel: Funnel, values: np.ndarray, wanted: Minimum | None, unit: str, field: str
+) -> None:
     if wanted is None:
         return
     ok = values >= wanted.value if wanted.at_least else values == wanted.value
-    funnel.apply(ok, lambda m: f"{field}: {wanted} {unit} asked per node; these have "
-                               f"{examples(f'{v:g}' for v in np.unique(values[m]))}")
+    funnel.apply(
+        ok,
+        lambda m: (
+            f"{field}: {wanted} {unit} asked per node; these have "
+            f"{examples(f'{v:g}' for v in np.unique(values[m]))}"
+        ),
+    )

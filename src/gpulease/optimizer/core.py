@@ -1,9 +1,10 @@
 """The planner: task + catalog → ranked plans, the Pareto front, and every rejection explained.
 
-Steps: (1) narrow the offer table by the task's hard constraints (:mod:`.constraints`); (2) size
-each distinct hardware configuration once (:mod:`.sizing`); (3) price every offer × pricing model ×
-node count as arrays (:mod:`.candidates`); (4) pick the best node count per offer and pricing for the
-objective, rank, and explain (:mod:`.ranking`). Deterministic for the same inputs.
+Steps: (1) narrow the offer table by the task's hard constraints (:mod:`.constraints`);
+(2) size each distinct hardware configuration once (:mod:`.sizing`); (3) price every offer ×
+pricing model × node count as arrays (:mod:`.candidates`); (4) pick the best node count per offer
+and pricing for the objective, rank, and explain (:mod:`.ranking`). Deterministic for the same
+inputs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gpulease.errors import UserInputError
 from gpulease.optimizer.candidates import Grid, build_grid
 from gpulease.optimizer.constraints import apply_resource_constraints
 from gpulease.optimizer.funnel import Funnel
-from gpulease.optimizer.plan import OBJECTIVES, Objective, Plan, PlanResult, Pricing
+from gpulease.optimizer.plan import OBJECTIVES, Plan, PlanResult, Pricing
 from gpulease.optimizer.ranking import Context, explain_grid, preference_filter, rank
 from gpulease.optimizer.sizing import (
     MAX_OPTIONS,
@@ -66,11 +67,15 @@ def plan_all(
         config = load_config()
     offers = catalog.offers
     funnel = Funnel.of(len(offers))
-    classes = resolve_data_classes(task.data_policy, load_data_classes(config)) \
-        if task.data_policy else []
+    classes = (
+        resolve_data_classes(task.data_policy, load_data_classes(config))
+        if task.data_policy
+        else []
+    )
     countries = catalog.countries() if classes else np.array([], dtype=str)
-    apply_resource_constraints(funnel, offers, task.resources, data_classes=classes,
-                               countries=countries)
+    apply_resource_constraints(
+        funnel, offers, task.resources, data_classes=classes, countries=countries
+    )
     pricings = _pricings(task)
     prices_all = _price_columns(offers, pricings, task.resources.commitment)
     _require_price(funnel, prices_all, pricings)
@@ -78,16 +83,29 @@ def plan_all(
     sub = offers.take(index)
     prices = {p: col[index] for p, col in prices_all.items()}
     sizings, config_of = _size_configs(task, catalog, sub, funnel, max_nodes)
-    ctx = Context(task=task, catalog=catalog, offers=sub, index=index, sizings=sizings,
-                  config_of=config_of, objective=objective,  # type: ignore[arg-type]
-                  launchable=launchable)
-    grid = _grid(task, sub, sizings, config_of, pricings, prices)
+    ctx = Context(
+        task=task,
+        catalog=catalog,
+        offers=sub,
+        index=index,
+        sizings=sizings,
+        config_of=config_of,
+        objective=objective,
+        launchable=launchable,
+    )
+    grid = _grid(task, sub, sizings, config_of, pricings=pricings, prices=prices)
     explain_grid(funnel, ctx, grid)
     preference_filter(funnel, ctx)
     plans, pareto = rank(ctx, grid, top)
-    return PlanResult(plans=tuple(plans), pareto=tuple(pareto), rejected=tuple(funnel.rejected),
-                      objective=objective,  # type: ignore[arg-type]
-                      notes=tuple(_notes(task, catalog, plans)), offers_considered=len(offers))
+    return PlanResult(
+        plans=tuple(plans),
+        pareto=tuple(pareto),
+        rejected=tuple(funnel.rejected),
+        objective=objective,
+        notes=tuple(_notes(task, catalog, plans)),
+        offers_considered=len(offers),
+        offers_feasible=int(np.count_nonzero(ctx.keep)),
+    )
 
 
 def _pricings(task: Task) -> tuple[Pricing, ...]:
@@ -100,8 +118,9 @@ def _pricings(task: Task) -> tuple[Pricing, ...]:
     return tuple(chosen)
 
 
-def _price_columns(offers: OfferTable, pricings: tuple[Pricing, ...],
-                   commitment: str) -> dict[Pricing, np.ndarray]:
+def _price_columns(
+    offers: OfferTable, pricings: tuple[Pricing, ...], commitment: str
+) -> dict[Pricing, np.ndarray]:
     columns: dict[Pricing, np.ndarray] = {}
     for pricing in pricings:
         if pricing == "on_demand":
@@ -109,13 +128,15 @@ def _price_columns(offers: OfferTable, pricings: tuple[Pricing, ...],
         elif pricing == "spot":
             columns[pricing] = offers.price_spot
         else:
-            columns[pricing] = offers.price_reserved_3y if commitment == "3y" \
-                else offers.price_reserved_1y
+            columns[pricing] = (
+                offers.price_reserved_3y if commitment == "3y" else offers.price_reserved_1y
+            )
     return columns
 
 
-def _require_price(funnel: Funnel, prices: dict[Pricing, np.ndarray],
-                   pricings: tuple[Pricing, ...]) -> None:
+def _require_price(
+    funnel: Funnel, prices: dict[Pricing, np.ndarray], pricings: tuple[Pricing, ...]
+) -> None:
     priced = np.zeros(funnel.alive.shape[0], dtype=bool)
     for column in prices.values():
         priced |= np.isfinite(column)
@@ -129,14 +150,18 @@ def _config_keys(sub: OfferTable) -> tuple[np.ndarray, np.ndarray]:
         return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
     _, part_code = np.unique(sub.part, return_inverse=True)
     _, fabric_code = np.unique(sub.fabric, return_inverse=True)
-    key = ((part_code.astype(np.int64) * 4096 + sub.gpu_count) * 64 + fabric_code) * 100_000 \
-        + np.round(sub.network_gbps).astype(np.int64)
+    key = (
+        ((part_code.astype(np.int64) * 4096 + sub.gpu_count) * 64 + fabric_code) * 100_000
+        + np.round(np.nan_to_num(sub.network_gbps, nan=-1.0)).astype(np.int64)
+        + 1
+    )
     _, first, config_of = np.unique(key, return_index=True, return_inverse=True)
     return first, config_of
 
 
-def _size_configs(task: Task, catalog: Catalog, sub: OfferTable, funnel: Funnel,
-                  max_nodes: int) -> tuple[list[ConfigSizing], np.ndarray]:
+def _size_configs(
+    task: Task, catalog: Catalog, sub: OfferTable, funnel: Funnel, max_nodes: int
+) -> tuple[list[ConfigSizing], np.ndarray]:
     first, config_of = _config_keys(sub)
     workload = task.workload
     sizings: list[ConfigSizing] = []
@@ -146,28 +171,49 @@ def _size_configs(task: Task, catalog: Catalog, sub: OfferTable, funnel: Funnel,
         if workload is None:
             sizings.append(size_without_workload(task.num_nodes))
         elif workload.kind == "inference":
-            sizings.append(size_inference(workload, spec, gpus_per_node=gpn,
-                                          fixed_nodes=task.num_nodes))
+            sizings.append(
+                size_inference(workload, spec, gpus_per_node=gpn, fixed_nodes=task.num_nodes)
+            )
         else:
-            sizings.append(size_training(workload, spec, gpus_per_node=gpn,
-                                         fabric=str(sub.fabric[row]),
-                                         network_gbps=float(sub.network_gbps[row]),
-                                         fixed_nodes=task.num_nodes, max_nodes=max_nodes))
+            network = float(sub.network_gbps[row])
+            known = math.isfinite(network)  # unknown network: not clustered, one node only
+            sizings.append(
+                size_training(
+                    workload,
+                    spec,
+                    gpus_per_node=gpn,
+                    fabric=str(sub.fabric[row]),
+                    network_gbps=network if known else 0.0,
+                    fixed_nodes=task.num_nodes,
+                    max_nodes=max_nodes if known else 1,
+                )
+            )
     return sizings, config_of
 
 
-def _grid(task: Task, sub: OfferTable, sizings: list[ConfigSizing], config_of: np.ndarray,
-          pricings: tuple[Pricing, ...], prices: dict[Pricing, np.ndarray]) -> Grid:
-    nodes_k = np.stack([s.nodes for s in sizings]) if sizings \
-        else np.empty((0, MAX_OPTIONS))
-    hours_k = np.stack([s.hours for s in sizings]) if sizings \
-        else np.empty((0, MAX_OPTIONS, 3))
+def _grid(
+    task: Task,
+    sub: OfferTable,
+    sizings: list[ConfigSizing],
+    config_of: np.ndarray,
+    *,
+    pricings: tuple[Pricing, ...],
+    prices: dict[Pricing, np.ndarray],
+) -> Grid:
+    nodes_k = np.stack([s.nodes for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS))
+    hours_k = np.stack([s.hours for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS, 3))
     interval = task.checkpoint.sync_interval_hours if task.checkpoint else None
     return build_grid(
-        pricings=pricings, prices=prices, band=sub.interruption_band,
-        nodes=nodes_k[config_of], hours=hours_k[config_of], has_workload=task.workload is not None,
-        deadline_h=task.deadline_hours, budget_usd=task.budget_usd,
-        max_price_per_hour=task.resources.max_price_per_hour, checkpoint_interval_h=interval,
+        pricings=pricings,
+        prices=prices,
+        band=sub.interruption_band,
+        nodes=nodes_k[config_of],
+        hours=hours_k[config_of],
+        has_workload=task.workload is not None,
+        deadline_h=task.deadline_hours,
+        budget_usd=task.budget_usd,
+        max_price_per_hour=task.resources.max_price_per_hour,
+        checkpoint_interval_h=interval,
     )
 
 
@@ -175,18 +221,25 @@ def _notes(task: Task, catalog: Catalog, plans: list[Plan]) -> list[str]:
     notes = []
     age = catalog.age_days()
     if age > STALE_AFTER_DAYS:
-        notes.append(f"catalog prices are {age} days old (as of {catalog.as_of}); "
-                     "run `gpulease catalog update` for live prices")
+        notes.append(
+            f"catalog prices are {age} days old (as of {catalog.as_of}); "
+            "run `gpulease catalog update` for live prices"
+        )
     if task.workload is None:
-        notes.append("no workload given: hours and cost can't be estimated, so plans are ranked "
-                      "by hourly price; add `workload:` for time and cost estimates")
+        notes.append(
+            "no workload given: hours and cost can't be estimated, so plans are ranked "
+            "by hourly price; add `workload:` for time and cost estimates"
+        )
         if task.deadline_hours or task.budget_usd:
             notes.append("deadline and budget need a workload to be checked")
     if plans and not any(p.launchable for p in plans):
         notes.append("no plan is launchable from this install yet: plans are advice")
     if not plans:
         notes.append("no feasible plan: see the rejected offers for why")
-    if task.workload is not None and task.workload.kind != "inference" and math.isfinite(
-            task.deadline_hours or math.nan):
+    if (
+        task.workload is not None
+        and task.workload.kind != "inference"
+        and math.isfinite(task.deadline_hours or math.nan)
+    ):
         notes.append(f"deadline {task.deadline_hours:g} h is checked against the expected hours")
     return notes

@@ -9,10 +9,19 @@ from gpulease.optimizer.spot_overhead import band_label
 from gpulease.spec.models import Task
 
 
-def plan_reasons(task: Task, objective: Objective, plan: Plan, first: Plan | None, *,
-                 on_demand_node_price: float, sizing_notes: tuple[str, ...]) -> tuple[str, ...]:
+def plan_reasons(
+    task: Task,
+    objective: Objective,
+    plan: Plan,
+    first: Plan | None,
+    *,
+    on_demand_node_price: float,
+    sizing_notes: tuple[str, ...],
+) -> tuple[str, ...]:
     reasons = [_position(task, objective, plan, first), _shape(plan)]
     reasons.extend(sizing_notes)
+    if task.workload is not None and task.workload.kind != "inference":
+        reasons.append("hours include ~9 min (3–24 min) to provision and set up")
     reasons.append(_pricing(plan, on_demand_node_price))
     margin = _deadline_margin(task, plan)
     if margin:
@@ -28,10 +37,16 @@ def _position(task: Task, objective: Objective, plan: Plan, first: Plan | None) 
     if plan.est_cost and first.est_cost:
         extra = plan.est_cost.expected - first.est_cost.expected
         pct = 100 * extra / first.est_cost.expected if first.est_cost.expected else 0.0
-        dt = plan.est_hours.expected - first.est_hours.expected \
-            if plan.est_hours and first.est_hours else 0.0
-        speed = f"{abs(dt):.1f} h {'slower' if dt > 0 else 'faster'}" if abs(dt) >= 0.05 \
+        dt = (
+            plan.est_hours.expected - first.est_hours.expected
+            if plan.est_hours and first.est_hours
+            else 0.0
+        )
+        speed = (
+            f"{abs(dt):.1f} h {'slower' if dt > 0 else 'faster'}"
+            if abs(dt) >= 0.05
             else "same time"
+        )
         return f"${extra:+,.0f} ({pct:+.0f}%) vs #1, {speed}"
     extra = plan.price_per_hour - first.price_per_hour
     return f"${extra:+.2f}/h vs #1"
@@ -56,8 +71,10 @@ def _why_first(task: Task, objective: Objective) -> str:
 def _shape(plan: Plan) -> str:
     nodes = f"{plan.num_nodes} × " if plan.num_nodes > 1 else ""
     mem = f"{plan.gpu_memory_gb:g} GB" if plan.gpu_memory_gb else ""
-    return (f"{nodes}{plan.instance_type}: {plan.gpus_per_node} × {plan.part} {mem}, "
-            f"{plan.peak_tflops:,.0f} dense TFLOPS in all")
+    return (
+        f"{nodes}{plan.instance_type}: {plan.gpus_per_node} × {plan.part} {mem}, "
+        f"{plan.peak_tflops:,.0f} dense TFLOPS in all"
+    )
 
 
 def _pricing(plan: Plan, on_demand_node_price: float) -> str:
@@ -69,8 +86,10 @@ def _pricing(plan: Plan, on_demand_node_price: float) -> str:
         overhead = ""
         if plan.est_hours and plan.est_cost:
             overhead = "; estimate includes expected restarts"
-        return (f"spot at ${node_price:.2f}/h per node{saving}; interruption band "
-                f"{band_label(plan.interruption_band)}{overhead}")
+        return (
+            f"spot at ${node_price:.2f}/h per node{saving}; interruption band "
+            f"{band_label(plan.interruption_band)}{overhead}"
+        )
     if plan.pricing == "reserved":
         return f"reserved: ${plan.price_per_hour:.2f}/h under a commitment for the full term"
     return "on-demand: no interruptions"
@@ -81,8 +100,12 @@ def _deadline_margin(task: Task, plan: Plan) -> str:
         return ""
     spare = task.deadline_hours - plan.est_hours.high
     if plan.est_hours.high > task.deadline_hours:
-        return (f"expected {plan.est_hours.expected:.1f} h, but the high estimate "
-                f"{plan.est_hours.high:.1f} h passes the {task.deadline_hours:g} h deadline: "
-                "little margin")
-    return f"finishes {spare:.1f} h before the deadline even at the high estimate " \
-           f"({plan.est_hours.high:.1f} h)"
+        return (
+            f"expected {plan.est_hours.expected:.1f} h, but the high estimate "
+            f"{plan.est_hours.high:.1f} h passes the {task.deadline_hours:g} h deadline: "
+            "little margin"
+        )
+    return (
+        f"finishes {spare:.1f} h before the deadline even at the high estimate "
+        f"({plan.est_hours.high:.1f} h)"
+    )

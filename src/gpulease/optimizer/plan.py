@@ -23,8 +23,11 @@ class Range:
     high: float
 
     def to_dict(self) -> dict[str, float]:
-        return {"low": round(self.low, 4), "expected": round(self.expected, 4),
-                "high": round(self.high, 4)}
+        return {
+            "low": round(self.low, 4),
+            "expected": round(self.expected, 4),
+            "high": round(self.high, 4),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ class PlanResult:
     objective: Objective
     notes: tuple[str, ...] = field(default_factory=tuple)
     offers_considered: int = 0
+    offers_feasible: int = 0  # offers with at least one feasible plan
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,4 +119,5 @@ class PlanResult:
             "rejected": [r.to_dict() for r in self.rejected],
             "notes": list(self.notes),
             "offers_considered": self.offers_considered,
+            "offers_feasible": self.offers_feasible,
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,19 +49,31 @@ def _reject(funnel: Funnel, ctx: Context, bad: npt.NDArray[np.bool_], reason: st
 def explain_grid(funnel: Funnel, ctx: Context, grid: Grid) -> None:
     """Reject offers with no feasible cell, one line per (constraint, accelerator) group."""
     m = len(ctx.offers)
-    infeasible = np.array([ctx.sizings[c].infeasible is not None for c in ctx.config_of], bool) \
-        if m else np.zeros(0, bool)
+    infeasible = (
+        np.array([ctx.sizings[c].infeasible is not None for c in ctx.config_of], bool)
+        if m
+        else np.zeros(0, bool)
+    )
     by_reason: dict[str, list[int]] = defaultdict(list)
     for i in np.flatnonzero(infeasible):
         by_reason[str(ctx.sizings[ctx.config_of[i]].infeasible)].append(int(i))
-    for reason, rows in sorted(by_reason.items()):
+    for template, rows in sorted(by_reason.items()):
         bad = np.zeros(m, dtype=bool)
         bad[rows] = True
-        _reject(funnel, ctx, bad, reason)
+        counts = sorted({int(c) for c in ctx.offers.gpu_count[rows]})
+        gpus = (
+            ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
+        )
+        _reject(funnel, ctx, bad, template.replace("{gpus}", gpus))
     alive = ~infeasible
-    stages = [
-        (grid.fits, lambda bad: "spot: interruptions too frequent at these node counts to finish "
-                                f"({examples(ctx.offers.instance_type[bad])})"),
+    stages: list[tuple[npt.NDArray[np.bool_], Callable[[npt.NDArray[np.bool_]], str]]] = [
+        (
+            grid.fits,
+            lambda bad: (
+                "spot: interruptions too frequent at these node counts to finish "
+                f"({examples(ctx.offers.instance_type[bad])})"
+            ),
+        ),
         (grid.fits & grid.deadline_ok, lambda bad: _deadline_reason(ctx, grid, bad)),
         (grid.fits & grid.deadline_ok & grid.budget_ok, lambda bad: _budget_reason(ctx, grid, bad)),
         (grid.feasible, lambda bad: _price_cap_reason(ctx, grid, bad)),
@@ -74,8 +87,9 @@ def explain_grid(funnel: Funnel, ctx: Context, grid: Grid) -> None:
     ctx.keep = alive
 
 
-def _best_by_part(ctx: Context, values: npt.NDArray[np.float64], bad: npt.NDArray[np.bool_],
-                  fmt: str) -> str:
+def _best_by_part(
+    ctx: Context, values: npt.NDArray[np.float64], bad: npt.NDArray[np.bool_], fmt: str
+) -> str:
     """``A100 (best 31 h), T4 (best 80 h)`` over the offers in ``bad``."""
     best: dict[str, float] = {}
     for i in np.flatnonzero(bad):
@@ -91,14 +105,16 @@ def _best_by_part(ctx: Context, values: npt.NDArray[np.float64], bad: npt.NDArra
 
 def _deadline_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
     hours = np.where(grid.fits, grid.hours[..., 1], np.nan)
-    return (f"too slow for the {ctx.task.deadline_hours:g} h deadline: "
-            + _best_by_part(ctx, hours, bad, "{:.1f} h"))
+    return f"too slow for the {ctx.task.deadline_hours:g} h deadline: " + _best_by_part(
+        ctx, hours, bad, "{:.1f} h"
+    )
 
 
 def _budget_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
     cost = np.where(grid.fits & grid.deadline_ok, grid.cost[..., 1], np.nan)
-    return (f"over the ${ctx.task.budget_usd:,.0f} budget: "
-            + _best_by_part(ctx, cost, bad, "${:,.0f}"))
+    return f"over the ${ctx.task.budget_usd:,.0f} budget: " + _best_by_part(
+        ctx, cost, bad, "${:,.0f}"
+    )
 
 
 def _price_cap_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
@@ -117,9 +133,13 @@ def preference_filter(funnel: Funnel, ctx: Context) -> None:
         if has.any():
             later = ctx.keep & ~has
             if later.any():
-                _reject(funnel, ctx, later,
-                        f"lower in the preference order than {name}, which has feasible plans "
-                        f"({examples(ctx.offers.accelerator[later])})")
+                _reject(
+                    funnel,
+                    ctx,
+                    later,
+                    f"lower in the preference order than {name}, which has feasible plans "
+                    f"({examples(ctx.offers.accelerator[later])})",
+                )
             ctx.keep = has
             return
 
@@ -127,15 +147,21 @@ def preference_filter(funnel: Funnel, ctx: Context) -> None:
 def _peak_total(ctx: Context, grid: Grid) -> npt.NDArray[np.float64]:
     """Dense peak TFLOPS of every (offer, option) at the workload's precision: (m, L)."""
     precision = ctx.precision()
-    per_gpu = {part: ctx.catalog.spec_for(part).peak_tflops(precision)
-               for part in np.unique(ctx.offers.part)}
-    gpu = np.array([per_gpu[p] for p in ctx.offers.part], dtype=float) if len(ctx.offers) \
+    per_gpu = {
+        part: ctx.catalog.spec_for(part).peak_tflops(precision)
+        for part in np.unique(ctx.offers.part)
+    }
+    gpu = (
+        np.array([per_gpu[p] for p in ctx.offers.part], dtype=float)
+        if len(ctx.offers)
         else np.zeros(0)
+    )
     return (gpu * ctx.offers.gpu_count)[:, None] * grid.nodes
 
 
-def _scores(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64]) \
-        -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def _scores(
+    ctx: Context, grid: Grid, peak: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(primary, secondary) scores, lower is better, shape (P, m, L)."""
     workload = ctx.task.workload is not None
     cost = grid.cost[..., 1] if workload else grid.plan_price
@@ -159,25 +185,45 @@ def rank(ctx: Context, grid: Grid, top: int) -> tuple[list[Plan], list[Plan]]:
     primary = np.where(ok, primary, np.inf)
     secondary = np.where(ok, secondary, np.inf)
     best_l = np.argmin(primary + 1e-9 * np.nan_to_num(secondary, posinf=0.0), axis=2)
-    p_idx, m_idx = np.nonzero(np.isfinite(np.take_along_axis(primary, best_l[..., None], 2)[..., 0]))
+    p_idx, m_idx = np.nonzero(
+        np.isfinite(np.take_along_axis(primary, best_l[..., None], 2)[..., 0])
+    )
     l_idx = best_l[p_idx, m_idx]
-    order = np.lexsort((m_idx, p_idx, grid.plan_price[p_idx, m_idx, l_idx],
-                        secondary[p_idx, m_idx, l_idx], primary[p_idx, m_idx, l_idx]))
+    order = np.lexsort(
+        (
+            m_idx,
+            p_idx,
+            grid.plan_price[p_idx, m_idx, l_idx],
+            secondary[p_idx, m_idx, l_idx],
+            primary[p_idx, m_idx, l_idx],
+        )
+    )
     cells = [(int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in order]
     plans = _build_plans(ctx, grid, peak, cells, top)
     return plans, _pareto(ctx, grid, peak, ok)
 
 
 def _dedupe_key(ctx: Context, grid: Grid, cell: tuple[int, int, int]) -> tuple[object, ...]:
-    p, i, l = cell
+    p, i, opt = cell
     pricing = grid.pricings[p]
     zone = str(ctx.offers.zone[i]) if pricing == "spot" else ""
-    return (str(ctx.offers.provider[i]), str(ctx.offers.region[i]), zone,
-            str(ctx.offers.instance_type[i]), pricing, float(grid.nodes[i, l]))
+    return (
+        str(ctx.offers.provider[i]),
+        str(ctx.offers.region[i]),
+        zone,
+        str(ctx.offers.instance_type[i]),
+        pricing,
+        float(grid.nodes[i, opt]),
+    )
 
 
-def _build_plans(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
-                 cells: list[tuple[int, int, int]], limit: int) -> list[Plan]:
+def _build_plans(
+    ctx: Context,
+    grid: Grid,
+    peak: npt.NDArray[np.float64],
+    cells: list[tuple[int, int, int]],
+    limit: int,
+) -> list[Plan]:
     plans: list[Plan] = []
     seen: set[tuple[object, ...]] = set()
     for cell in cells:
@@ -185,19 +231,26 @@ def _build_plans(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
         if key in seen:
             continue
         seen.add(key)
-        plans.append(_make_plan(ctx, grid, peak, cell, rank=len(plans) + 1,
-                                first=plans[0] if plans else None))
+        plans.append(
+            _make_plan(
+                ctx, grid, peak, cell, rank=len(plans) + 1, first=plans[0] if plans else None
+            )
+        )
         if len(plans) >= limit:
             break
     return plans
 
 
-def _pareto(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
-            ok: npt.NDArray[np.bool_]) -> list[Plan]:
+def _pareto(
+    ctx: Context, grid: Grid, peak: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]
+) -> list[Plan]:
     workload = ctx.task.workload is not None
     cost = grid.cost[..., 1] if workload else grid.plan_price
-    time = grid.hours[..., 1] if workload else 1.0 / np.maximum(peak[None], 1e-9) * np.ones_like(
-        grid.plan_price)
+    time = (
+        grid.hours[..., 1]
+        if workload
+        else 1.0 / np.maximum(peak[None], 1e-9) * np.ones_like(grid.plan_price)
+    )
     p_idx, m_idx, l_idx = np.nonzero(ok & np.isfinite(cost) & np.isfinite(time))
     c, t = cost[p_idx, m_idx, l_idx], time[p_idx, m_idx, l_idx]
     order = np.lexsort((m_idx, p_idx, c, t))
@@ -220,36 +273,57 @@ def _renumber(plan: Plan, rank: int) -> Plan:
     return replace(plan, rank=rank)
 
 
-def _make_plan(ctx: Context, grid: Grid, peak: npt.NDArray[np.float64],
-               cell: tuple[int, int, int], *, rank: int, first: Plan | None) -> Plan:
-    p, i, l = cell
+def _make_plan(
+    ctx: Context,
+    grid: Grid,
+    peak: npt.NDArray[np.float64],
+    cell: tuple[int, int, int],
+    *,
+    rank: int,
+    first: Plan | None,
+) -> Plan:
+    p, i, opt = cell
     offers = ctx.offers
     sizing = ctx.sizings[int(ctx.config_of[i])]
-    nodes = int(grid.nodes[i, l])
+    nodes = int(grid.nodes[i, opt])
     gpus = int(offers.gpu_count[i]) * nodes
     has_workload = ctx.task.workload is not None
-    hours = Range(*map(float, grid.hours[p, i, l])) if has_workload else None
-    cost = Range(*map(float, grid.cost[p, i, l])) if has_workload else None
-    gpu_hours = Range(hours.low * gpus, hours.expected * gpus, hours.high * gpus) \
-        if hours else None
+    hours = Range(*map(float, grid.hours[p, i, opt])) if has_workload else None
+    cost = Range(*map(float, grid.cost[p, i, opt])) if has_workload else None
+    gpu_hours = Range(hours.low * gpus, hours.expected * gpus, hours.high * gpus) if hours else None
     band = int(offers.interruption_band[i])
     zone = str(offers.zone[i]) or None
     plan = Plan(
-        rank=rank, provider=str(offers.provider[i]), region=str(offers.region[i]),
+        rank=rank,
+        provider=str(offers.provider[i]),
+        region=str(offers.region[i]),
         zone=zone if grid.pricings[p] == "spot" else None,
-        instance_type=str(offers.instance_type[i]), accelerator=str(offers.accelerator[i]),
-        part=str(offers.part[i]), gpus_per_node=int(offers.gpu_count[i]), num_nodes=nodes,
-        pricing=grid.pricings[p], price_per_hour=float(grid.plan_price[p, i, l]),
-        est_hours=hours, est_cost=cost, gpu_hours=gpu_hours,
-        launchable=str(offers.provider[i]) in ctx.launchable, reasons=(),
-        gpu_memory_gb=float(offers.gpu_memory_gb[i]), peak_tflops=float(peak[i, l]),
+        instance_type=str(offers.instance_type[i]),
+        accelerator=str(offers.accelerator[i]),
+        part=str(offers.part[i]),
+        gpus_per_node=int(offers.gpu_count[i]),
+        num_nodes=nodes,
+        pricing=grid.pricings[p],
+        price_per_hour=float(grid.plan_price[p, i, opt]),
+        est_hours=hours,
+        est_cost=cost,
+        gpu_hours=gpu_hours,
+        launchable=str(offers.provider[i]) in ctx.launchable,
+        reasons=(),
+        gpu_memory_gb=float(offers.gpu_memory_gb[i]),
+        peak_tflops=float(peak[i, opt]),
         interruption_band=band if band >= 0 else None,
-        sharding=sizing.sharding[l] if l < len(sizing.sharding) else None,
-        as_of=str(offers.as_of[i]), source=str(offers.source[i]),
+        sharding=sizing.sharding[opt] if opt < len(sizing.sharding) else None,
+        as_of=str(offers.as_of[i]),
+        source=str(offers.source[i]),
     )
     from dataclasses import replace
 
     on_demand = float(offers.price_on_demand[i])
-    notes = sizing.notes[l] if l < len(sizing.notes) else ()
-    return replace(plan, reasons=plan_reasons(ctx.task, ctx.objective, plan, first,
-                                              on_demand_node_price=on_demand, sizing_notes=notes))
+    notes = sizing.notes[opt] if opt < len(sizing.notes) else ()
+    return replace(
+        plan,
+        reasons=plan_reasons(
+            ctx.task, ctx.objective, plan, first, on_demand_node_price=on_demand, sizing_notes=notes
+        ),
+    )

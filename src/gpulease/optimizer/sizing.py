@@ -22,6 +22,8 @@ from gpulease.estimate import estimate_inference, estimate_training, min_trainin
 from gpulease.spec.models import Workload
 
 MAX_OPTIONS = 8
+#: Billed time before training starts (provision, image pull, setup, first data): low, exp, high.
+STARTUP_HOURS = (0.05, 0.15, 0.4)
 
 
 @dataclass(slots=True)
@@ -34,7 +36,7 @@ class ConfigSizing:
     notes: list[tuple[str, ...]] = field(default_factory=list)
     sharding: list[str | None] = field(default_factory=list)
     mfu: list[float] = field(default_factory=list)
-    infeasible: str | None = None
+    infeasible: str | None = None  # a template: "{gpus}" stands for the GPUs per node
 
 
 def _empty() -> ConfigSizing:
@@ -45,7 +47,8 @@ def node_options(min_nodes: int, fixed: int | None, max_nodes: int) -> list[int]
     """The node counts to try: the fixed count, or the minimum and its doublings."""
     if fixed is not None:
         return [fixed]
-    options, n = [], max(1, min_nodes)
+    options: list[int] = []
+    n = max(1, min_nodes)
     while n <= max_nodes and len(options) < MAX_OPTIONS:
         options.append(n)
         n *= 2
@@ -62,63 +65,100 @@ def size_without_workload(fixed_nodes: int | None) -> ConfigSizing:
 
 
 def size_training(
-    workload: Workload, spec: AcceleratorSpec, *, gpus_per_node: int, fabric: str,
-    network_gbps: float, fixed_nodes: int | None, max_nodes: int,
+    workload: Workload,
+    spec: AcceleratorSpec,
+    *,
+    gpus_per_node: int,
+    fabric: str,
+    network_gbps: float,
+    fixed_nodes: int | None,
+    max_nodes: int,
 ) -> ConfigSizing:
     sizing = _empty()
+    if spec.peak_tflops(workload.precision) <= 0:
+        sizing.infeasible = f"{spec.part} has no usable {workload.precision} throughput"
+        return sizing
     need = min_training_gpus(workload, spec)
     if need is None:
-        sizing.infeasible = f"model state does not fit {spec.part} ({spec.memory_gb:g} GB) " \
-                            "at any GPU count"
+        sizing.infeasible = (
+            f"model state does not fit {spec.part} ({spec.memory_gb:g} GB) at any GPU count"
+        )
         return sizing
     min_gpus, sharding = need
     min_nodes = math.ceil(min_gpus / gpus_per_node)
+    if workload.global_batch:  # data parallelism cannot split a batch finer than one sample
+        max_nodes = min(max_nodes, max(min_nodes, workload.global_batch // gpus_per_node))
     if fixed_nodes is not None and fixed_nodes < min_nodes:
-        sizing.infeasible = (f"needs ≥ {min_gpus} × {spec.part} ({sharding}) for memory; "
-                             f"num_nodes {fixed_nodes} × {gpus_per_node} GPUs is too few")
+        sizing.infeasible = (
+            f"needs ≥ {min_gpus} × {spec.part} ({sharding}) for memory; "
+            f"num_nodes {fixed_nodes} × {{gpus}} GPUs is too few"
+        )
         return sizing
     options = node_options(min_nodes, fixed_nodes, max_nodes)
     if not options:
-        sizing.infeasible = (f"needs ≥ {min_gpus} × {spec.part} for memory, more than "
-                             f"{max_nodes} nodes of {gpus_per_node}")
+        sizing.infeasible = (
+            f"needs ≥ {min_gpus} × {spec.part} for memory, more than "
+            f"{max_nodes} node(s) of {{gpus}} GPUs"
+        )
         return sizing
     for slot, nodes in enumerate(options):
-        est = estimate_training(workload, spec, gpus_per_node=gpus_per_node, num_nodes=nodes,
-                                fabric=fabric, network_gbps=network_gbps)
+        est = estimate_training(
+            workload,
+            spec,
+            gpus_per_node=gpus_per_node,
+            num_nodes=nodes,
+            fabric=fabric,
+            network_gbps=network_gbps,
+        )
         sizing.notes.append(est.notes if est else ())
         sizing.sharding.append(est.sharding if est else None)
         sizing.mfu.append(est.mfu if est else math.nan)
         if est is None:
             continue
         sizing.nodes[slot] = nodes
-        sizing.hours[slot] = (est.hours.low, est.hours.expected, est.hours.high)
+        sizing.hours[slot] = (
+            est.hours.low + STARTUP_HOURS[0],
+            est.hours.expected + STARTUP_HOURS[1],
+            est.hours.high + STARTUP_HOURS[2],
+        )
     if np.isnan(sizing.nodes).all():
-        sizing.infeasible = f"model state does not fit {gpus_per_node} × {spec.part} per node"
+        sizing.infeasible = f"model state does not fit {{gpus}} × {spec.part} per node"
     return sizing
 
 
 def size_inference(
-    workload: Workload, spec: AcceleratorSpec, *, gpus_per_node: int, fixed_nodes: int | None,
+    workload: Workload,
+    spec: AcceleratorSpec,
+    *,
+    gpus_per_node: int,
+    fixed_nodes: int | None,
 ) -> ConfigSizing:
     sizing = _empty()
+    if spec.peak_tflops(workload.precision) <= 0:
+        sizing.infeasible = f"{spec.part} has no usable {workload.precision} throughput"
+        return sizing
     est = estimate_inference(workload, spec, gpus_per_node=gpus_per_node)
     if est is None:
-        sizing.infeasible = (f"weights + KV cache do not fit {gpus_per_node} × {spec.part} "
-                             f"({spec.memory_gb:g} GB each)")
+        sizing.infeasible = (
+            f"weights + KV cache do not fit {{gpus}} × {spec.part} ({spec.memory_gb:g} GB each)"
+        )
         return sizing
     per_node = max(1, gpus_per_node // est.gpus_per_replica)
     nodes = math.ceil(est.replicas / per_node)
     if fixed_nodes is not None:
         if fixed_nodes < nodes:
-            sizing.infeasible = (f"needs {nodes} nodes ({est.replicas} replicas of "
-                                 f"{est.gpus_per_replica} × {spec.part}); num_nodes is "
-                                 f"{fixed_nodes}")
+            sizing.infeasible = (
+                f"needs more nodes of {{gpus}} × {spec.part} than num_nodes "
+                f"{fixed_nodes} for the request rate"
+            )
             return sizing
         nodes = fixed_nodes
     sizing.nodes[0] = nodes
     sizing.hours[0] = (est.hours.low, est.hours.expected, est.hours.high)
-    served = f"{est.replicas} replica(s) × {est.gpus_per_replica} GPU(s), " \
-             f"{est.tokens_per_second_per_replica:,.0f} tok/s each"
+    served = (
+        f"{est.replicas} replica(s) × {est.gpus_per_replica} GPU(s), "
+        f"{est.tokens_per_second_per_replica:,.0f} tok/s each"
+    )
     sizing.notes.append((served, *est.notes))
     sizing.sharding.append(f"tp{est.gpus_per_replica}")
     sizing.mfu.append(math.nan)

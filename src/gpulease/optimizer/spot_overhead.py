@@ -19,13 +19,15 @@ import numpy.typing as npt
 
 HOURS_PER_MONTH = 730.0
 #: (low, expected, high) monthly interruption probability per band 0..4.
-BAND_MONTHLY = np.array([
-    [0.00, 0.025, 0.05],
-    [0.05, 0.075, 0.10],
-    [0.10, 0.125, 0.15],
-    [0.15, 0.175, 0.20],
-    [0.20, 0.30, 0.50],
-])
+BAND_MONTHLY = np.array(
+    [
+        [0.00, 0.025, 0.05],
+        [0.05, 0.075, 0.10],
+        [0.10, 0.125, 0.15],
+        [0.15, 0.175, 0.20],
+        [0.20, 0.30, 0.50],
+    ]
+)
 BAND_LABELS = ("<5%", "5-10%", "10-15%", "15-20%", ">20%")
 UNKNOWN_BAND = 3
 DEFAULT_CHECKPOINT_INTERVAL_H = 0.5
@@ -35,8 +37,9 @@ DEFAULT_RESTART_H = 0.25  # re-provision + setup + restore; the recovery target 
 def hourly_rates(band: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     """Per-node hourly interruption rates, shape (len(band), 3): low, expected, high."""
     known = np.where((band >= 0) & (band < len(BAND_MONTHLY)), band, UNKNOWN_BAND)
-    monthly = BAND_MONTHLY[known]
-    return -np.log1p(-monthly) / HOURS_PER_MONTH
+    monthly: npt.NDArray[np.float64] = BAND_MONTHLY[known]
+    rates: npt.NDArray[np.float64] = -np.log1p(-monthly) / HOURS_PER_MONTH
+    return rates
 
 
 def loss_per_interruption(checkpoint_interval_h: float | None) -> float:
@@ -45,8 +48,9 @@ def loss_per_interruption(checkpoint_interval_h: float | None) -> float:
     return interval / 2.0 + DEFAULT_RESTART_H
 
 
-def stretch_factor(rate: npt.NDArray[np.float64], nodes: npt.NDArray[np.float64],
-                   loss_h: float) -> npt.NDArray[np.float64]:
+def stretch_factor(
+    rate: npt.NDArray[np.float64], nodes: npt.NDArray[np.float64], loss_h: float
+) -> npt.NDArray[np.float64]:
     """``1 / (1 − n·λ·L)``; NaN where the job would not finish on spot."""
     load = rate * nodes * loss_h
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -38,7 +38,37 @@ from gpulease.errors import UserInputError
 
 #: EU member states and the other EEA countries (Iceland, Liechtenstein, Norway), ISO alpha-2.
 EU_EEA_COUNTRIES = frozenset(
-    "AT BE BG HR CY CZ DK EE FI FR DE GR IE IT LV LT LU MT NL PL PT RO SK SI ES SE IS LI NO".split()
+    {
+        "AT",
+        "BE",
+        "BG",
+        "HR",
+        "CY",
+        "CZ",
+        "DK",
+        "EE",
+        "FI",
+        "FR",
+        "DE",
+        "GR",
+        "IE",
+        "IT",  # EU 27
+        "LV",
+        "LT",
+        "LU",
+        "MT",
+        "NL",
+        "PL",
+        "PT",
+        "RO",
+        "SK",
+        "SI",
+        "ES",
+        "SE",
+        "IS",
+        "LI",
+        "NO",  # the rest of the EEA
+    }
 )
 
 
@@ -65,8 +95,9 @@ _EU = DataClass(
     description="data stays in the EU/EEA",
     countries=EU_EEA_COUNTRIES,
 )
-_US = DataClass(name="us-resident", description="data stays in the United States",
-                countries=frozenset({"US"}))
+_US = DataClass(
+    name="us-resident", description="data stays in the United States", countries=frozenset({"US"})
+)
 
 BUILTIN_DATA_CLASSES: Mapping[str, DataClass] = {
     "phi": _PHI,
@@ -105,8 +136,10 @@ def _parse_user_class(name: str, rules: object) -> DataClass:
         raise UserInputError(f"{where}: must be a mapping of rules")
     unknown = sorted(set(map(str, rules)) - _USER_KEYS)
     if unknown:
-        raise UserInputError(f"{where}: unknown field(s) {', '.join(unknown)}; "
-                             f"expected {', '.join(sorted(_USER_KEYS))}")
+        raise UserInputError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; "
+            f"expected {', '.join(sorted(_USER_KEYS))}"
+        )
 
     def strings(key: str) -> list[str] | None:
         value = rules.get(key)
@@ -166,8 +199,7 @@ def evaluate_data_policy(
     allowed = np.ones(provider.shape[0], dtype=bool) if alive is None else alive.copy()
     reasons: list[tuple[str, int]] = []
     for data_class in classes:
-        for reason, passing in _class_checks(data_class, provider, region, country,
-                                             certifications):
+        for reason, passing in _class_checks(data_class, provider, region, country, certifications):
             rejected = allowed & ~passing
             count = int(rejected.sum())
             if count:
@@ -193,18 +225,19 @@ def _class_checks(
         uniq, inverse = np.unique(region, return_inverse=True)
         hits = np.array([any(fnmatch.fnmatch(str(r), p) for p in patterns) for r in uniq], bool)
         ok = hits[inverse]
-        checks.append((lambda m: f"{label}: region not in {', '.join(patterns)} "
-                                 f"({_examples(region[m])})", ok))
+        checks.append(
+            (lambda m: f"{label}: region not in {', '.join(patterns)} ({_examples(region[m])})", ok)
+        )
     if dc.countries is not None:
         ok = np.isin(country, sorted(dc.countries))
-        where = "the EU/EEA" if dc.countries == EU_EEA_COUNTRIES else ", ".join(sorted(dc.countries))
-        checks.append((lambda m: f"{label}: region outside {where} "
-                                 f"({_examples(region[m])})", ok))
+        where = (
+            "the EU/EEA" if dc.countries == EU_EEA_COUNTRIES else ", ".join(sorted(dc.countries))
+        )
+        checks.append((lambda m: f"{label}: region outside {where} ({_examples(region[m])})", ok))
     for cert in sorted(dc.certifications):
         uniq, inverse = np.unique(certifications, return_inverse=True)
         hits = np.array([cert in str(c).lower().split(";") for c in uniq], dtype=bool)
         ok = hits[inverse]
         what = "no HIPAA BAA on record" if cert == "hipaa" else f"no {cert} certification on record"
-        checks.append((lambda m, w=what: f"{label}: {w} for provider "
-                                         f"{_examples(provider[m])}", ok))
+        checks.append((lambda m, w=what: f"{label}: {w} for provider {_examples(provider[m])}", ok))
     return checks

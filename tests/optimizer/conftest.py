@@ -1,0 +1,38 @@
+"""Fixtures for optimizer tests: a small hand-written catalog and a task builder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulease.catalog import Catalog
+from gpulease.optimizer import PlanResult, plan_all
+from gpulease.spec import Task, task_from_dict
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def small_catalog() -> Catalog:
+    return Catalog.from_csv(FIXTURES / "offers.csv")
+
+
+def make_task(**fields: Any) -> Task:
+    return task_from_dict(fields)
+
+
+PRETRAIN = {"kind": "train", "model": {"params": "1.3B"}, "tokens": "26B", "precision": "bf16"}
+
+
+def run_plan(
+    catalog: Catalog,
+    top: int = 20,
+    objective: str = "cheapest",
+    config: dict[str, Any] | None = None,
+    **fields: Any,
+) -> PlanResult:
+    return plan_all(
+        make_task(**fields), catalog=catalog, top=top, objective=objective, config=config or {}
+    )

@@ -1,0 +1,153 @@
+"""Every hard constraint removes the offers it should and says why, once per offer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpulease.catalog import Catalog
+from tests.optimizer.conftest import PRETRAIN, run_plan
+
+
+def _accounted(result: Any) -> None:
+    """Each offer is either feasible or rejected exactly once."""
+    rejected = sum(r.offers for r in result.rejected)
+    assert rejected + result.offers_feasible == result.offers_considered
+
+
+def _reasons(result: Any) -> str:
+    return " | ".join(r.reason for r in result.rejected)
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected_reason", "survivors"),
+    [
+        ({"instance_type": "p4d.24xlarge"}, "instance type is not p4d.24xlarge", {"p4d.24xlarge"}),
+        (
+            {"accelerators": "H100:8"},
+            "accelerator not requested",
+            {"p5.48xlarge", "gpu_8x_h100_sxm5", "8x_H100_SECURE"},
+        ),
+        ({"accelerators": "T4:4"}, "GPUs per node differ", {"g4dn.12xlarge"}),
+        (
+            {"providers": ["lambda"]},
+            "provider not in the allow-list",
+            {"gpu_8x_h100_sxm5", "gpu_1x_a10"},
+        ),
+        (
+            {"exclude_providers": ["aws", "gcp", "runpod"]},
+            "provider excluded",
+            {"gpu_8x_h100_sxm5", "gpu_1x_a10"},
+        ),
+        ({"regions": ["europe-west4"]}, "region not in the allow-list", {"a2-ultragpu-8g"}),
+        (
+            {"exclude_regions": ["us-east-1", "EU-SE-1"]},
+            "region excluded",
+            {"p4d.24xlarge", "a2-ultragpu-8g"},
+        ),
+        (
+            {"cpus": "100+"},
+            "cpus: 100+ vCPUs",
+            {"p5.48xlarge", "gpu_8x_h100_sxm5", "8x_H100_SECURE"},
+        ),
+        ({"memory": "1500+"}, "memory: 1500+ GB of RAM", {"p5.48xlarge", "gpu_8x_h100_sxm5"}),
+    ],
+)
+def test_resource_constraint(
+    small_catalog: Catalog, resources: dict[str, Any], expected_reason: str, survivors: set[str]
+) -> None:
+    result = run_plan(small_catalog, resources=resources)
+    assert expected_reason in _reasons(result)
+    assert {p.instance_type for p in result.plans} == survivors
+    _accounted(result)
+
+
+def test_spot_only_rejects_offers_without_a_spot_price(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, resources={"use_spot": True})
+    assert "no spot price" in _reasons(result)
+    assert all(p.pricing == "spot" for p in result.plans)
+    _accounted(result)
+
+
+def test_auto_spot_prices_both(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, top=50, resources={"use_spot": "auto"})
+    assert {p.pricing for p in result.plans} == {"spot", "on_demand"}
+
+
+def test_reserved_prices_only_with_a_commitment(small_catalog: Catalog) -> None:
+    plain = run_plan(small_catalog, top=50)
+    assert all(p.pricing != "reserved" for p in plain.plans)
+    committed = run_plan(small_catalog, top=50, resources={"commitment": "3y"})
+    reserved = [p for p in committed.plans if p.pricing == "reserved"]
+    assert reserved and all(p.price_per_hour == 9.0 for p in reserved)
+
+
+def test_phi_data_keeps_only_providers_with_a_baa(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, top=50, data_policy="phi")
+    assert {p.provider for p in result.plans} == {"aws", "gcp"}
+    assert "HIPAA BAA" in _reasons(result)
+    _accounted(result)
+
+
+def test_eu_residency_keeps_eu_regions(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, top=50, data_policy=["eu-resident"])
+    assert {p.region for p in result.plans} == {"eu-west-1", "europe-west4", "EU-SE-1"}
+
+
+def test_user_data_class_from_config(small_catalog: Catalog) -> None:
+    config = {"data_classes": {"gcp-only": {"providers": ["gcp"]}}}
+    result = run_plan(small_catalog, config=config, data_policy="gcp-only")
+    assert {p.provider for p in result.plans} == {"gcp"}
+
+
+def test_memory_rejects_small_gpus_with_the_reason(small_catalog: Catalog) -> None:
+    serve = {
+        "kind": "inference",
+        "model": {"params": "70B"},
+        "precision": "bf16",
+        "requests_per_second": 1,
+        "prompt_tokens": 500,
+        "output_tokens": 200,
+        "hours": 10,
+    }
+    result = run_plan(small_catalog, top=50, workload=serve)
+    assert "weights + KV cache do not fit" in _reasons(result)
+    assert all(p.gpus_per_node * p.gpu_memory_gb >= 140 for p in result.plans)
+    _accounted(result)
+
+
+def test_deadline_rejects_slow_offers_and_names_the_best_they_reach(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, top=50, workload=PRETRAIN, deadline="12h")
+    reasons = _reasons(result)
+    assert "too slow for the 12 h deadline" in reasons and "best" in reasons
+    assert all(p.est_hours is not None and p.est_hours.expected <= 12 for p in result.plans)
+    _accounted(result)
+
+
+def test_budget_rejects_expensive_offers(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, top=50, workload=PRETRAIN, budget="$700")
+    assert "over the $700 budget" in _reasons(result)
+    assert all(p.est_cost is not None and p.est_cost.expected <= 700 for p in result.plans)
+
+
+def test_max_price_caps_the_whole_plan(small_catalog: Catalog) -> None:
+    result = run_plan(
+        small_catalog, top=50, workload=PRETRAIN, resources={"max_price_per_hour": 30}
+    )
+    assert result.plans and all(p.price_per_hour <= 30 for p in result.plans)
+    assert "above max_price_per_hour" in _reasons(result)
+
+
+def test_fixed_num_nodes_is_respected(small_catalog: Catalog) -> None:
+    result = run_plan(
+        small_catalog, workload=PRETRAIN, num_nodes=2, resources={"accelerators": "A100:8"}
+    )
+    assert result.plans and all(p.num_nodes == 2 for p in result.plans)
+
+
+def test_nothing_feasible_says_why(small_catalog: Catalog) -> None:
+    result = run_plan(small_catalog, workload=PRETRAIN, deadline="10m")
+    assert not result.plans and result.rejected
+    assert any("no feasible plan" in n for n in result.notes)
+    _accounted(result)
