@@ -36,6 +36,13 @@ _DURATION_UNIT_HOURS = {
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-z]*)\s*$", re.I)
 
 
+def _as_float(value: int | float, what: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{what} is too large") from None
+
+
 def _finite_non_negative(value: float, what: str) -> float:
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"{what} must be a finite number")
@@ -49,7 +56,7 @@ def parse_count(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a number such as 7B, 70e9 or 1.5T, got a boolean")
     if isinstance(value, int | float):
-        return _finite_non_negative(float(value), "the number")
+        return _finite_non_negative(_as_float(value, "the number"), "the number")
     if not isinstance(value, str):
         raise ValueError(f"expected a number such as 7B, 70e9 or 1.5T, got {type(value).__name__}")
     match = _COUNT_RE.match(value)
@@ -64,7 +71,7 @@ def parse_duration_hours(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 36h or 3d, got a boolean")
     if isinstance(value, int | float):
-        return _finite_non_negative(float(value), "the duration")
+        return _finite_non_negative(_as_float(value, "the duration"), "the duration")
     if not isinstance(value, str):
         raise ValueError(f"expected a duration such as 36h or 3d, got {type(value).__name__}")
     match = _DURATION_RE.match(value)
@@ -80,7 +87,7 @@ def parse_money(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected an amount such as $500, got a boolean")
     if isinstance(value, int | float):
-        return _finite_non_negative(float(value), "the amount")
+        return _finite_non_negative(_as_float(value, "the amount"), "the amount")
     if not isinstance(value, str):
         raise ValueError(f"expected an amount such as $500, got {type(value).__name__}")
     text = value.strip()
@@ -115,7 +122,7 @@ def parse_minimum(value: object) -> Minimum:
     if isinstance(value, bool):
         raise ValueError("expected an amount such as 8 or 8+, got a boolean")
     if isinstance(value, int | float):
-        return Minimum(_finite_non_negative(float(value), "the amount"))
+        return Minimum(_finite_non_negative(_as_float(value, "the amount"), "the amount"))
     if not isinstance(value, str):
         raise ValueError(f"expected an amount such as 8 or 8+, got {type(value).__name__}")
     text = value.strip()

@@ -6,14 +6,17 @@ other gpulease errors exit with code 1; neither prints a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from gpulease.cli import catalog_cmd, gpus_cmd, plan_cmd
+
+# A CLI process loads no pydantic plugins: their entry-point scan slows every command's start.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 app = typer.Typer(
     name="gpulease",
@@ -54,27 +57,20 @@ def version() -> None:
 
 
 def run() -> None:
-    """Console-script entry: run the app, turning gpulease errors into clean messages."""
+    """Console-script entry: run the app, turning gpulease errors into clean messages.
+
+    Typer (standalone mode) reports usage errors itself with exit code 2.
+    """
     from gpulease.errors import GpuleaseError, UserInputError
 
     try:
-        code = app(standalone_mode=False)
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        app()
     except UserInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except GpuleaseError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(1)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
 

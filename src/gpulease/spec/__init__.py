@@ -1,0 +1,58 @@
+"""gpulease.spec: the task a user asks for — models, YAML in and out, JSON Schema, SkyPilot import.
+
+Modules (private unless re-exported here):
+
+- ``models``        Task / Resources / Workload / ModelSpec / AcceleratorRequest / … (the contract)
+- ``quantities``    field types of ``7B``, ``36h``, ``$500``, ``32+``: read, written, described
+- ``fields``        field types of names, ``use_spot``, envs and free-form config
+- ``accelerators``  canonical accelerator names, aliases, the three accelerator forms
+- ``yaml_lines``    YAML ↔ data with the line of every key
+- ``normalize``     alternative spellings and SkyPilot task YAML → gpulease field names
+- ``diagnostics``   validation errors → one SpecError naming field and line
+- ``loader``        load / parse / dump entry points, SpecWarning
+- ``schema``        JSON Schema of the user-facing format
+
+The package imports only :mod:`gpulease.units`, :mod:`gpulease.errors`, pydantic, PyYAML and the
+standard library.
+"""
+
+from gpulease.spec.accelerators import KNOWN_ACCELERATORS, canonical_accelerator_name
+from gpulease.spec.loader import (
+    SpecWarning,
+    dump_task,
+    load_task,
+    load_task_with_warnings,
+    parse_task,
+    parse_task_with_warnings,
+    task_from_dict,
+)
+from gpulease.spec.models import (
+    AcceleratorRequest,
+    CheckpointSpec,
+    JobRecovery,
+    ModelSpec,
+    Resources,
+    Task,
+    Workload,
+)
+from gpulease.spec.schema import task_json_schema
+
+__all__ = [
+    "KNOWN_ACCELERATORS",
+    "AcceleratorRequest",
+    "CheckpointSpec",
+    "JobRecovery",
+    "ModelSpec",
+    "Resources",
+    "SpecWarning",
+    "Task",
+    "Workload",
+    "canonical_accelerator_name",
+    "dump_task",
+    "load_task",
+    "load_task_with_warnings",
+    "parse_task",
+    "parse_task_with_warnings",
+    "task_from_dict",
+    "task_json_schema",
+]

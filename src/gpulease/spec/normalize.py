@@ -1,0 +1,365 @@
+"""The pre-pass between YAML and the models: alternative spellings and SkyPilot task YAML.
+
+:func:`normalize` takes the plain data of a task file and returns data in gpulease's own field
+names, ready for :class:`~gpulease.spec.models.Task`, together with
+
+- ``renames``: where each moved or renamed field came from (``resources.providers`` ←
+  ``resources.cloud``), so that a later validation error names the field and line the user wrote;
+- ``warnings``: one line per field that is read but not honoured, each with its file and line;
+- ``skypilot``: the SkyPilot-only fields found (non-empty when the file is read as SkyPilot YAML).
+
+It owns the mapping of SkyPilot's fields (``cloud``, ``infra``, ``zone``, ``disk_size``,
+``any_of``/``ordered``, ``max_hourly_cost``, ``resources.job_recovery``, …); values are checked
+later by the models. It never mutates its input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulease.errors import SpecError
+from gpulease.spec.accelerators import format_accelerators, parse_accelerators
+from gpulease.spec.yaml_lines import Document, Path, format_path
+
+__all__ = ["Normalized", "normalize"]
+
+_RES = ("resources",)
+
+_IGNORED_TOP = {
+    "service": "serving is configured differently in gpulease",
+    "pool": "worker pools are not supported",
+    "secrets": "secrets are not passed on; set them as envs or in the gpulease config",
+    "managed_secrets": "secrets are not passed on",
+    "config": "SkyPilot config overrides do not apply",
+    "volumes": "volumes are not supported",
+    "volume_mounts": "volumes are not supported",
+    "inputs": "not used",
+    "outputs": "not used",
+    "event_callback": "not supported",
+    "file_mounts_mapping": "not used",
+    "api_server_access": "not used",
+}
+_IGNORED_RESOURCES = {
+    "image_id": "custom images are not supported",
+    "ports": "opening ports is not supported",
+    "labels": "instance labels are not supported",
+    "disk_tier": "disk tiers are not supported",
+    "network_tier": "network tiers are not supported",
+    "local_disk": "local disk selection is not supported",
+    "ephemeral_storage": "not supported",
+    "accelerator_args": "TPU arguments are not supported",
+    "autostop": "autostop is configured on the cluster, not in the task",
+    "priority": "not supported",
+    "priority_class": "not supported",
+    "volumes": "volumes are not supported",
+    "zone": "zones are chosen by the optimizer",
+}
+_NATIVE_RENAMES = {"provider": "providers", "region": "regions"}
+_SKYPILOT_RENAMES = {"disk_size": "disk", "max_hourly_cost": "max_price_per_hour"}
+_LOCATION_FIELDS = ("cloud", "infra", "region", "zone")
+
+
+@dataclass
+class Normalized:
+    """Task data in gpulease's field names, and what the translation noticed."""
+
+    data: dict[Any, Any]
+    renames: dict[Path, Path] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    skypilot: list[Path] = field(default_factory=list)
+
+    def origin(self, path: Path) -> Path:
+        """The path the user wrote for ``path`` in the normalized data."""
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.renames:
+                return self.renames[path[:end]] + path[end:]
+        return path
+
+
+class _Pass:
+    """One normalization: the document, the result and helpers to warn, fail and move fields."""
+
+    def __init__(self, doc: Document, data: dict[Any, Any]) -> None:
+        self.doc = doc
+        self.out = Normalized(data)
+        self.pending: list[tuple[int, str]] = []  # (line, warning), sorted at the end
+
+    def fail(self, path: Path, message: str) -> SpecError:
+        return self.doc.error(self.out.origin(path), message)
+
+    def warn(self, path: Path, message: str) -> None:
+        self.pending.append((self.doc.line(path) or 0, str(self.doc.error(path, message))))
+
+    def skypilot_field(self, path: Path) -> None:
+        if path not in self.out.skypilot:
+            self.out.skypilot.append(path)
+
+    def ignore(self, path: Path, why: str) -> None:
+        self.skypilot_field(path)
+        self.warn(path, f"ignored (SkyPilot field that gpulease does not honour: {why})")
+
+    def put(self, into: dict[Any, Any], at: Path, key: str, value: Any, origin: Path) -> None:
+        """Set ``into[key]``, remembering that it came from ``origin``; refuse a second source."""
+        if key in into:
+            first = self.out.origin((*at, key))
+            raise self.doc.error(
+                origin, f"conflicts with {format_path(first)} (both set {key}); give one"
+            )
+        into[key] = value
+        if origin != (*at, key):
+            self.out.renames[(*at, key)] = origin
+
+
+_SECTIONS = ("resources", "workload", "checkpoint", "job_recovery")
+
+
+def _without_nulls(data: dict[Any, Any]) -> dict[Any, Any]:
+    """``deadline:`` or ``resources:`` left empty means the default, as if the field were absent."""
+    pruned = {key: value for key, value in data.items() if value is not None}
+    for key in _SECTIONS:
+        if isinstance(pruned.get(key), dict):
+            pruned[key] = {k: v for k, v in pruned[key].items() if v is not None}
+    workload = pruned.get("workload")
+    if isinstance(workload, dict) and isinstance(workload.get("model"), dict):
+        workload["model"] = {k: v for k, v in workload["model"].items() if v is not None}
+    return pruned
+
+
+def normalize(doc: Document) -> Normalized:
+    """Translate ``doc.data`` (a mapping) into gpulease field names; see the module docstring."""
+    step = _Pass(doc, _without_nulls(dict(doc.data)))
+    data = step.out.data
+    _top_level(step, data)
+    if isinstance(data.get("resources"), dict):
+        data["resources"] = _resources(step, dict(data["resources"]), data)
+    step.out.warnings = [warning for _, warning in sorted(step.pending, key=lambda item: item[0])]
+    if step.out.skypilot:
+        _skypilot_counts(step, data)
+        found = ", ".join(format_path(path) for path in step.out.skypilot)
+        notice = f"read as a SkyPilot task (SkyPilot fields: {found})"
+        step.out.warnings.insert(0, f"{doc.source}: {notice}" if doc.source else notice)
+    return step.out
+
+
+# --- top level -----------------------------------------------------------------------------------
+
+
+def _top_level(step: _Pass, data: dict[Any, Any]) -> None:
+    for key in list(data):
+        if key in _IGNORED_TOP or (isinstance(key, str) and key.startswith("_")):
+            step.ignore((key,), _IGNORED_TOP.get(key, "internal field"))
+            del data[key]
+    if isinstance(data.get("workdir"), dict):
+        step.ignore(("workdir",), "a git workdir ({url, ref}) is not supported; give a directory")
+        del data["workdir"]
+    if isinstance(data.get("file_mounts"), dict):
+        data["file_mounts"] = _file_mounts(step, data["file_mounts"])
+    if isinstance(data.get("envs"), dict):
+        data["envs"] = _envs(step, data["envs"])
+
+
+def _file_mounts(step: _Pass, mounts: dict[Any, Any]) -> dict[Any, Any]:
+    kept = {}
+    for target, source in mounts.items():
+        if isinstance(source, dict):
+            step.ignore(("file_mounts", target), "storage mounts are not supported")
+        else:
+            kept[target] = source
+    return kept
+
+
+def _envs(step: _Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
+    kept = {}
+    for name, value in envs.items():
+        if value is None:
+            step.warn(("envs", name), "has no value and is left out; give it a value")
+        else:
+            kept[name] = value
+    return kept
+
+
+# --- resources -----------------------------------------------------------------------------------
+
+
+def _resources(step: _Pass, res: dict[Any, Any], task: dict[Any, Any]) -> dict[Any, Any]:
+    if "any_of" in res and "ordered" in res:
+        raise step.fail((*_RES, "ordered"), "give either any_of or ordered, not both")
+    for key in ("any_of", "ordered"):
+        if key in res:
+            step.skypilot_field((*_RES, key))
+            res = _merge_candidates(step, res, key)
+    origins = {key: step.out.origin((*_RES, key)) for key in res}  # before any field moves
+    out: dict[Any, Any] = {}
+    for key, value in res.items():
+        _resource_field(step, out, task, (key, value), origins[key])
+    return out
+
+
+def _resource_field(
+    step: _Pass, out: dict[Any, Any], task: dict[Any, Any], item: tuple[Any, Any], origin: Path
+) -> None:
+    """Move one field of ``resources`` (written at ``origin``) into ``out`` under its own name."""
+    key, value = item
+    if key in _NATIVE_RENAMES:
+        step.put(out, _RES, _NATIVE_RENAMES[key], value, origin)
+    elif key in _SKYPILOT_RENAMES:
+        step.skypilot_field(origin)
+        step.put(out, _RES, _SKYPILOT_RENAMES[key], value, origin)
+    elif key in ("cloud", "infra"):
+        step.skypilot_field(origin)
+        _location(step, out, key, value, origin)
+    elif key in ("job_recovery", "spot_recovery"):
+        step.skypilot_field(origin)
+        step.put(task, (), "job_recovery", _job_recovery(step, value, origin), origin)
+    elif key in _IGNORED_RESOURCES or (isinstance(key, str) and key.startswith("_")):
+        step.ignore(origin, _IGNORED_RESOURCES.get(key, "internal field"))
+    else:
+        step.put(out, _RES, key, value, origin)
+
+
+def _location(step: _Pass, out: dict[Any, Any], key: str, value: Any, origin: Path) -> None:
+    """``cloud: aws`` or ``infra: aws/us-east-1[/us-east-1a]`` → providers (and regions)."""
+    if not isinstance(value, str) or not value.strip():
+        raise step.doc.error(origin, f"expected a name such as aws or aws/us-east-1, got {value!r}")
+    if key == "cloud":
+        step.put(out, _RES, "providers", value, origin)
+        return
+    cloud, _, rest = value.strip().partition("/")
+    if cloud.lower() in ("k8s", "kubernetes"):
+        step.put(out, _RES, "providers", "kubernetes", origin)
+        if rest:
+            step.warn(origin, f"kubernetes context {rest!r} is ignored")
+        return
+    region, _, zone = rest.partition("/")
+    if cloud != "*":
+        step.put(out, _RES, "providers", cloud, origin)
+    if region and region != "*":
+        step.put(out, _RES, "regions", region, origin)
+    if zone:
+        step.warn(origin, f"zone {zone!r} is ignored (zones are chosen by the optimizer)")
+
+
+def _job_recovery(step: _Pass, value: Any, origin: Path) -> Any:
+    """SkyPilot's ``{strategy, max_restarts_on_errors, recover_on_exit_codes}``."""
+    if not isinstance(value, dict):
+        return value
+    value = dict(value)
+    if value.get("strategy", "") is None:
+        del value["strategy"]
+    if "recover_on_exit_codes" in value:
+        del value["recover_on_exit_codes"]
+        step.warn((*origin, "recover_on_exit_codes"), "ignored (not supported)")
+    return value
+
+
+# --- any_of / ordered ----------------------------------------------------------------------------
+
+
+def _merge_candidates(step: _Pass, res: dict[Any, Any], key: str) -> dict[Any, Any]:
+    """Fold SkyPilot's candidate list into one request: the accelerators become a choice (any_of)
+    or a preference list (ordered); clouds and regions are pooled; other fields must agree."""
+    path = (*_RES, key)
+    entries = res.pop(key)
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not all(isinstance(e, dict) for e in entries)
+    ):
+        raise step.fail(path, "expected a list of resource mappings, e.g. - accelerators: A100:8")
+    merged = dict(res)
+    choices = _pooled_accelerators(step, res, entries, path)
+    if choices:
+        merged.pop("accelerators", None)
+        step.out.renames[(*_RES, "accelerators")] = path
+        merged["accelerators"] = format_accelerators(choices, key == "ordered")
+    _pool_locations(step, merged, entries, path, several_accelerators=len(choices) > 1)
+    _lift_common_fields(step, merged, entries, path)
+    return merged
+
+
+def _pooled_accelerators(
+    step: _Pass, res: dict[Any, Any], entries: list[dict[Any, Any]], path: Path
+) -> dict[str, int | None]:
+    pooled: dict[str, int | None] = {}
+    for index, entry in enumerate(entries):
+        where = (
+            (*path, index, "accelerators") if "accelerators" in entry else (*_RES, "accelerators")
+        )
+        value = entry.get("accelerators", res.get("accelerators"))
+        if value is None:
+            step.warn((*path, index), "an entry without accelerators is ignored")
+            continue
+        try:
+            choices, _ = parse_accelerators(value)
+        except ValueError as exc:
+            raise step.doc.error(where, str(exc)) from None
+        for name, count in choices.items():
+            if pooled.setdefault(name, count) != count:
+                step.warn(
+                    where, f"{name} is listed with another count; using {name}:{pooled[name]}"
+                )
+    return pooled
+
+
+def _pool_locations(
+    step: _Pass,
+    merged: dict[Any, Any],
+    entries: list[dict[Any, Any]],
+    path: Path,
+    *,
+    several_accelerators: bool,
+) -> None:
+    located = [(index, entry) for index, entry in enumerate(entries) if _has_location(entry)]
+    if not located:
+        return
+    if _has_location(merged):
+        raise step.fail(path, "give cloud, infra and region either here or in resources, not both")
+    pool: dict[Any, Any] = {}
+    for index, entry in located:
+        found: dict[Any, Any] = {}
+        for key in _LOCATION_FIELDS:
+            if key in entry:
+                _resource_field(step, found, {}, (key, entry[key]), (*path, index, key))
+        for key, value in found.items():
+            pool.setdefault(key, [])
+            if value not in pool[key]:
+                pool[key].append(value)
+    merged.update(pool)
+    if several_accelerators and len(located) > 1:
+        step.warn(path, "every accelerator is allowed in every listed cloud and region")
+
+
+def _has_location(resources: dict[Any, Any]) -> bool:
+    return any(key in resources for key in (*_LOCATION_FIELDS, "providers", "regions"))
+
+
+def _lift_common_fields(
+    step: _Pass, merged: dict[Any, Any], entries: list[dict[Any, Any]], path: Path
+) -> None:
+    """Fields other than accelerators and location apply to the whole request: they must agree."""
+    skip = {"accelerators", *_LOCATION_FIELDS}
+    keys = {key for entry in entries for key in entry if key not in skip}
+    for key in sorted(keys, key=str):
+        values = [entry.get(key, merged.get(key)) for entry in entries]
+        first = next(index for index, entry in enumerate(entries) if key in entry)
+        if any(value != values[first] for value in values):
+            step.warn((*path, first, key), f"differs between entries; using {values[first]!r}")
+        merged[key] = values[first]
+        step.out.renames[(*_RES, key)] = (*path, first, key)
+
+
+# --- SkyPilot semantics ---------------------------------------------------------------------------
+
+
+def _skypilot_counts(step: _Pass, data: dict[Any, Any]) -> None:
+    """In SkyPilot YAML, ``accelerators: A100`` means one A100 (gpulease: the optimizer picks)."""
+    res = data.get("resources")
+    if not isinstance(res, dict) or res.get("accelerators") is None:
+        return
+    try:
+        choices, ordered = parse_accelerators(res["accelerators"])
+    except ValueError as exc:
+        raise step.fail((*_RES, "accelerators"), str(exc)) from None
+    ones = {name: 1 if count is None else count for name, count in choices.items()}
+    res["accelerators"] = format_accelerators(ones, ordered)

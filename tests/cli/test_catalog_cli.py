@@ -1,0 +1,90 @@
+"""`gpulease gpus` and `gpulease catalog …` as a user runs them."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from tests.cli.conftest import ROOT, Cli
+
+CATALOG_FIXTURES = ROOT / "tests" / "catalog" / "fixtures"
+
+
+def test_gpus_lists_every_accelerator_with_its_cheapest_price(cli: Cli) -> None:
+    data = json.loads(cli("gpus", "--json", check=True).stdout)
+    names = {g["accelerator"] for g in data["gpus"]}
+    assert {"H100", "A100", "A100-80GB", "T4", "L4", "V100"} <= names
+    prices = [g["price_per_gpu"] for g in data["gpus"]]
+    assert prices == sorted(prices)
+
+
+def test_gpus_name_lists_offers_of_that_gpu(cli: Cli) -> None:
+    data = json.loads(
+        cli("gpus", "h100", "--spot", "--provider", "aws", "--json", check=True).stdout
+    )
+    assert data["offers"]
+    assert {o["accelerator"] for o in data["offers"]} == {"H100"}
+    assert {o["provider"] for o in data["offers"]} == {"aws"}
+    assert all(o["pricing"] == "spot" for o in data["offers"])
+
+
+def test_gpus_sort_by_price_per_tflop(cli: Cli) -> None:
+    data = json.loads(cli("gpus", "--sort", "price-per-tflop", "--json", check=True).stdout)
+    ratios = [g["per_tflop"] for g in data["gpus"]]
+    assert ratios == sorted(ratios)
+
+
+def test_gpus_table(cli: Cli) -> None:
+    out = cli("gpus", check=True).stdout
+    assert "H100" in out and "$/PFLOP-h" in out
+
+
+def test_gpus_bad_input_exits_2(cli: Cli) -> None:
+    for args in (["gpus", "H1000"], ["gpus", "--sort", "speed"]):
+        out = cli(*args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+
+
+def test_catalog_show_reports_source_and_age(cli: Cli) -> None:
+    data = json.loads(cli("catalog", "show", "--json", check=True).stdout)
+    assert data["source"] == "bundled" and data["offers"] > 300
+    assert {"aws", "gcp", "azure", "lambda", "runpod", "alibaba"} <= set(data["providers"])
+
+
+def test_stale_cache_warns_and_reset_returns_to_bundled(cli: Cli, tmp_path: Path) -> None:
+    cache = cli.home / "catalog"
+    cache.mkdir(parents=True)
+    rows = list(csv.DictReader((ROOT / "tests/optimizer/fixtures/offers.csv").open()))
+    for row in rows:
+        row["as_of"] = "2020-01-01"
+    target = cache / "offers.csv"
+    with target.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out = cli("catalog", "show", check=True)
+    if "bundled" in out.stdout:  # the cache lives elsewhere: find it through the SDK's path
+        raise AssertionError(f"cache not picked up: {out.stdout}")
+    assert "days old" in out.stderr and "catalog update" in out.stderr
+    cli("catalog", "reset", check=True)
+    assert json.loads(cli("catalog", "show", "--json", check=True).stdout)["source"] == "bundled"
+
+
+def test_catalog_update_from_a_local_gpuhunt_folder(cli: Cli) -> None:
+    out = cli("catalog", "update", "--from", str(CATALOG_FIXTURES / "gpuhunt"), check=True)
+    assert "catalog updated" in out.stdout
+    data = json.loads(cli("catalog", "show", "--json", check=True).stdout)
+    assert data["source"] != "bundled"
+
+
+def test_catalog_import_skypilot(cli: Cli) -> None:
+    out = cli(
+        "catalog", "import", "--format", "skypilot", str(CATALOG_FIXTURES / "skypilot"), check=True
+    )
+    assert "catalog updated" in out.stdout
+
+
+def test_catalog_import_bad_input_exits_2(cli: Cli, tmp_path: Path) -> None:
+    assert cli("catalog", "import", str(tmp_path / "nope")).returncode == 2
+    assert cli("catalog", "import", "--format", "dstack", str(tmp_path)).returncode == 2

@@ -1,0 +1,108 @@
+"""`gpulease plan` and `gpulease schema` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import ROOT, Cli
+
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
+PLAN_KEYS = {
+    "provider",
+    "region",
+    "zone",
+    "instance_type",
+    "accelerator",
+    "gpus_per_node",
+    "num_nodes",
+    "pricing",
+    "price_per_hour",
+    "est_hours",
+    "est_cost",
+    "gpu_hours",
+    "launchable",
+    "reasons",
+}
+
+
+@pytest.mark.parametrize("example", ["finetune-7b.yaml", "serve-70b.yaml"])
+def test_plan_json_has_the_documented_shape(cli: Cli, example: str) -> None:
+    out = cli("plan", f"examples/{example}", "--json", "--top", "3", check=True)
+    data = json.loads(out.stdout)
+    assert {"plans", "pareto", "rejected"} <= set(data)
+    assert 1 <= len(data["plans"]) <= 3
+    for plan in data["plans"]:
+        assert set(plan) >= PLAN_KEYS
+        assert plan["pricing"] in {"on_demand", "spot", "reserved"}
+        for key in ("est_hours", "est_cost", "gpu_hours"):
+            assert set(plan[key]) == {"low", "expected", "high"}
+            assert plan[key]["low"] <= plan[key]["expected"] <= plan[key]["high"]
+        assert plan["launchable"] is False and plan["reasons"]
+    for rejection in data["rejected"]:
+        assert set(rejection) == {"reason", "offers"} and rejection["offers"] > 0
+
+
+def test_every_example_plans(cli: Cli) -> None:
+    assert EXAMPLES
+    for example in EXAMPLES:
+        data = json.loads(cli("plan", f"examples/{example}", "--json", check=True).stdout)
+        assert data["plans"], example
+
+
+def test_plan_table_shows_plans_reasons_and_rejections(cli: Cli) -> None:
+    out = cli("plan", "examples/pretrain-1.3b-spot.yaml", check=True).stdout
+    assert "top plans (cheapest)" in out and "Pareto front" in out
+    assert "Rejected" in out and "#1" in out and "spot at $" in out
+
+
+def test_objective_fastest_is_faster_than_cheapest(cli: Cli) -> None:
+    def first(*extra: str) -> dict[str, dict[str, float]]:
+        out = cli("plan", "examples/pretrain-1.3b-spot.yaml", "--json", *extra, check=True)
+        return json.loads(out.stdout)["plans"][0]  # type: ignore[no-any-return]
+
+    assert (
+        first("--objective", "fastest")["est_hours"]["expected"] < first()["est_hours"]["expected"]
+    )
+
+
+def test_bad_task_names_field_and_line_with_exit_2(cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nresources:\n  accelerators: A100:eight\n", encoding="utf-8")
+    out = cli("plan", str(bad))
+    assert out.returncode == 2
+    assert "resources.accelerators" in out.stderr and ":3" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["plan", "does-not-exist.yaml"], "does-not-exist.yaml"),
+        (["plan", "examples/finetune-7b.yaml", "--objective", "slowest"], "objective"),
+        (["plan", "examples/finetune-7b.yaml", "--top", "0"], "--top"),
+    ],
+)
+def test_bad_arguments_exit_2_without_traceback(cli: Cli, args: list[str], needle: str) -> None:
+    out = cli(*args)
+    assert out.returncode == 2, out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_skypilot_task_plans_with_a_warning(cli: Cli, tmp_path: Path) -> None:
+    sky = tmp_path / "sky.yaml"
+    sky.write_text(
+        "resources:\n  cloud: aws\n  accelerators: {V100: 1}\n  use_spot: true\n"
+        "  image_id: ami-123\nrun: python train.py\n",
+        encoding="utf-8",
+    )
+    out = cli("plan", str(sky), check=True)
+    assert "image_id" in out.stderr and "warning" in out.stderr
+    assert "p3.2xlarge" in out.stdout
+
+
+def test_schema_is_json_schema_of_the_user_format(cli: Cli) -> None:
+    schema = json.loads(cli("schema", check=True).stdout)
+    assert "deadline" in schema["properties"] and "resources" in schema["properties"]

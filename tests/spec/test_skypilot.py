@@ -1,0 +1,259 @@
+"""SkyPilot task YAML: accepted as is, with a warning for each field gpulease does not honour."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpulease.errors import SpecError
+from gpulease.spec import (
+    AcceleratorRequest,
+    SpecWarning,
+    load_task,
+    load_task_with_warnings,
+    parse_task,
+    parse_task_with_warnings,
+)
+from gpulease.units import Minimum
+
+from .conftest import FIXTURES, SKYPILOT_EXAMPLES
+
+
+def _parse(text: str) -> tuple[object, list[str]]:
+    return parse_task_with_warnings(textwrap.dedent(text), "sky.yaml")
+
+
+@pytest.mark.parametrize("path", SKYPILOT_EXAMPLES, ids=lambda p: p.stem)
+def test_skypilot_examples_load_and_say_they_were_read_as_skypilot(path: Path) -> None:
+    _, messages = load_task_with_warnings(path)
+    assert messages[0].startswith(f"{path}: read as a SkyPilot task (SkyPilot fields: ")
+
+
+def test_basic_skypilot_task() -> None:
+    task, messages = load_task_with_warnings(FIXTURES / "skypilot" / "basic.yaml")
+    assert task.name == "llm-finetune"
+    assert task.num_nodes == 2
+    assert task.resources.providers == ["aws"]
+    assert task.resources.accelerators == AcceleratorRequest(choices={"A100": 8})
+    assert task.resources.disk == Minimum(512)
+    assert task.resources.use_spot is True
+    assert task.workdir == "."
+    assert task.file_mounts == {"/data": "s3://my-bucket/data"}
+    assert task.envs == {"MODEL_NAME": "meta-llama/Llama-2-7b-hf", "BATCH_SIZE": "32"}
+    assert task.setup is not None
+    assert task.run is not None
+    assert "resources.cloud, resources.disk_size, resources.image_id" in messages[0]
+    rest = "\n".join(messages[1:])
+    assert ":8: resources.image_id: ignored" in rest
+    assert ":9: resources.ports: ignored" in rest
+    assert ":14: file_mounts./checkpoints: ignored" in rest
+    assert ":25: envs.HF_TOKEN: has no value" in rest
+
+
+def test_warnings_are_in_line_order() -> None:
+    _, messages = load_task_with_warnings(FIXTURES / "skypilot" / "basic.yaml")
+    lines = [int(message.split(":")[1]) for message in messages[1:]]
+    assert lines == sorted(lines)
+
+
+def test_infra_and_set_form() -> None:
+    task, messages = load_task_with_warnings(FIXTURES / "skypilot" / "infra_set.yaml")
+    assert task.resources.providers == ["aws"]
+    assert task.resources.regions == ["us-east-1"]
+    assert task.resources.accelerators == AcceleratorRequest(choices={"A100": 8, "H100": 8})
+    assert task.resources.cpus == Minimum(32, at_least=True)
+    assert task.resources.memory == Minimum(256, at_least=True)
+    assert task.resources.max_price_per_hour == 50.0
+    assert any("zone 'us-east-1a' is ignored" in message for message in messages)
+
+
+def test_ordered_candidates_become_a_preference_list() -> None:
+    task, messages = load_task_with_warnings(FIXTURES / "skypilot" / "ordered.yaml")
+    assert task.resources.accelerators == AcceleratorRequest(
+        choices={"H100": 8, "A100-80GB": 8}, ordered=True
+    )
+    assert task.resources.providers == ["aws", "gcp"]
+    assert task.resources.regions == ["us-east-1", "us-central1"]
+    assert task.resources.use_spot is True
+    assert task.job_recovery is not None
+    assert task.job_recovery.strategy == "next_region"
+    assert task.job_recovery.max_restarts_on_errors == 3
+    joined = "\n".join(messages)
+    assert "every accelerator is allowed in every listed cloud and region" in joined
+    assert "resources.job_recovery.recover_on_exit_codes: ignored" in joined
+
+
+def test_any_of_candidates_become_a_choice() -> None:
+    task, messages = load_task_with_warnings(FIXTURES / "skypilot" / "any_of.yaml")
+    assert task.resources.accelerators == AcceleratorRequest(
+        choices={"A10G": 1, "L4": 1, "T4": 4}, ordered=False
+    )
+    assert task.resources.use_spot is True
+    assert task.resources.disk == Minimum(100)
+    assert any("resources.any_of[2].disk_size: differs" in message for message in messages)
+
+
+def test_service_on_kubernetes() -> None:
+    task, messages = load_task_with_warnings(FIXTURES / "skypilot" / "service_k8s.yaml")
+    assert task.resources.providers == ["kubernetes"]
+    assert task.resources.accelerators == AcceleratorRequest(choices={"L4": 1})
+    joined = "\n".join(messages)
+    for field in ("service", "secrets", "config", "resources.ports"):
+        assert f"{field}: ignored" in joined
+    assert "kubernetes context 'my-context' is ignored" in joined
+
+
+def test_a_name_without_count_means_one_in_skypilot_form_only() -> None:
+    task, _ = _parse("resources:\n  cloud: aws\n  accelerators: V100\n")
+    assert task.resources.accelerators == AcceleratorRequest(choices={"V100": 1})  # type: ignore[attr-defined]
+    native = parse_task("resources:\n  provider: aws\n  accelerators: V100\n")
+    assert native.resources.accelerators == AcceleratorRequest(choices={"V100": None})
+
+
+@pytest.mark.parametrize(
+    ("infra", "providers", "regions"),
+    [
+        ("aws", ["aws"], None),
+        ("AWS/us-east-1", ["aws"], ["us-east-1"]),
+        ("gcp/us-central1/us-central1-a", ["gcp"], ["us-central1"]),
+        ("'*/us-east-1'", None, ["us-east-1"]),
+        ("k8s", ["kubernetes"], None),
+        ("kubernetes/ctx/with/slashes", ["kubernetes"], None),
+    ],
+)
+def test_infra_strings(infra: str, providers: list[str] | None, regions: list[str] | None) -> None:
+    task, _ = _parse(f"resources:\n  infra: {infra}\n")
+    assert task.resources.providers == providers  # type: ignore[attr-defined]
+    assert task.resources.regions == regions  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("image_id", "docker:ubuntu"),
+        ("ports", "[8080, 8081]"),
+        ("labels", "{team: ml}"),
+        ("disk_tier", "best"),
+        ("network_tier", "best"),
+        ("accelerator_args", "{tpu_vm: true}"),
+        ("autostop", "10"),
+        ("priority", "5"),
+        ("zone", "us-east-1a"),
+        ("_cluster_config_overrides", "{}"),
+    ],
+)
+def test_resource_fields_gpulease_cannot_honour_are_named_in_a_warning(
+    field: str, value: str
+) -> None:
+    task, messages = _parse(f"resources:\n  accelerators: A100:8\n  {field}: {value}\n")
+    assert task.resources.accelerators is not None  # type: ignore[attr-defined]
+    assert any(f"sky.yaml:3: resources.{field}: ignored" in message for message in messages)
+    assert f"resources.{field}" in messages[0]
+
+
+@pytest.mark.parametrize(
+    "field", ["service", "secrets", "config", "volumes", "event_callback", "pool", "inputs"]
+)
+def test_top_level_fields_gpulease_cannot_honour_are_named_in_a_warning(field: str) -> None:
+    _, messages = _parse(f"{field}: {{}}\nrun: echo hi\n")
+    assert any(f"sky.yaml:1: {field}: ignored" in message for message in messages)
+
+
+def test_git_workdir_is_ignored_with_a_warning() -> None:
+    task, messages = _parse("workdir: {url: https://github.com/x/y, ref: main}\n")
+    assert task.workdir is None  # type: ignore[attr-defined]
+    assert any("workdir: ignored" in message for message in messages)
+
+
+def test_spot_recovery_old_name_and_string_form() -> None:
+    task, _ = _parse("resources:\n  use_spot: true\n  spot_recovery: FAILOVER\n")
+    assert task.job_recovery.strategy == "same_region"  # type: ignore[attr-defined]
+
+
+def test_parse_task_emits_warnings_as_spec_warnings() -> None:
+    with pytest.warns(SpecWarning) as record:
+        parse_task("resources:\n  image_id: docker:x\n", "sky.yaml")
+    assert [str(warning.message) for warning in record] == [
+        "sky.yaml: read as a SkyPilot task (SkyPilot fields: resources.image_id)",
+        "sky.yaml:2: resources.image_id: ignored (SkyPilot field that gpulease does not honour: "
+        "custom images are not supported)",
+    ]
+
+
+def test_load_task_emits_warnings_as_spec_warnings() -> None:
+    path = FIXTURES / "skypilot" / "basic.yaml"
+    with pytest.warns(SpecWarning) as record:
+        load_task(path)
+    _, messages = load_task_with_warnings(path)
+    assert [str(warning.message) for warning in record] == messages
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line", "message"),
+    [
+        (
+            "resources:\n  cloud: aws\n  infra: gcp\n",
+            "resources.infra",
+            3,
+            "conflicts with resources.cloud",
+        ),
+        ("resources:\n  providers: [aws]\n  cloud: gcp\n", "resources.cloud", 3, "conflicts"),
+        ("resources:\n  region: a\n  regions: [b]\n", "resources.regions", 3, "conflicts"),
+        ("resources:\n  cloud: 5\n", "resources.cloud", 2, "expected a name"),
+        ("resources:\n  disk_size: -5\n", "resources.disk_size", 2, "negative"),
+        ("resources:\n  max_hourly_cost: free\n", "resources.max_hourly_cost", 2, "amount"),
+        ("resources:\n  any_of: []\n", "resources.any_of", 2, "list of resource mappings"),
+        ("resources:\n  any_of: [A100]\n", "resources.any_of", 2, "list of resource mappings"),
+        (
+            "resources:\n  any_of:\n    - accelerators: A100:8\n    - accelerators: B9000:8\n",
+            "resources.any_of[1].accelerators",
+            4,
+            "unknown accelerator 'B9000'",
+        ),
+        (
+            "resources:\n  any_of: [{accelerators: A100}]\n  ordered: [{accelerators: H100}]\n",
+            "resources.ordered",
+            3,
+            "either any_of or ordered",
+        ),
+        (
+            "resources:\n  cloud: aws\n  any_of:\n    - {cloud: gcp, accelerators: A100}\n",
+            "resources.any_of",
+            3,
+            "either here or in resources",
+        ),
+        (
+            "resources:\n  job_recovery: {max_restarts_on_errors: -1}\n",
+            "resources.job_recovery.max_restarts_on_errors",
+            2,
+            "at least 0",
+        ),
+        (
+            "resources:\n  job_recovery: next_region\njob_recovery: same_region\n",
+            "resources.job_recovery",
+            2,
+            "conflicts with job_recovery",
+        ),
+        (
+            "resources:\n  any_of:\n    - {accelerators: A100:8, use_spot: maybe}\n",
+            "resources.any_of[0].use_spot",
+            3,
+            "true, false or auto",
+        ),
+        (
+            "resources:\n  cloud: aws\n  accelerators: A100:x\n",
+            "resources.accelerators",
+            3,
+            "count",
+        ),
+    ],
+)
+def test_errors_in_skypilot_fields_name_what_the_user_wrote(
+    text: str, field: str, line: int, message: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_task_with_warnings(text, "sky.yaml")
+    assert (info.value.field, info.value.line) == (field, line)
+    assert message in info.value.message
