@@ -64,15 +64,20 @@ def test_serve_70b_in_bf16(bundled: Catalog) -> None:
         assert plan.gpus_per_node * plan.gpu_memory_gb > 140
         assert plan.est_hours and plan.est_hours.expected == pytest.approx(720)
     reasons = " | ".join(r.reason for r in result.rejected)
-    assert "weights + KV cache do not fit 1 × H100-SXM" in reasons or \
-        "weights + KV cache do not fit 1 or 2 × H100-SXM" in reasons
+    assert (
+        "weights + KV cache do not fit 1 × H100-SXM" in reasons
+        or "weights + KV cache do not fit 1 or 2 × H100-SXM" in reasons
+    )
 
 
 def test_resnet50_imagenet_90_epochs(bundled: Catalog) -> None:
     result = _plan(bundled, "resnet50-imagenet", top=50)
     assert result.plans
-    eight_a100 = [p for p in result.plans if p.accelerator == "A100" and p.num_nodes == 1
-                  and p.gpus_per_node == 8]
+    eight_a100 = [
+        p
+        for p in result.plans
+        if p.accelerator == "A100" and p.num_nodes == 1 and p.gpus_per_node == 8
+    ]
     assert eight_a100
     # NVIDIA's published 8×A100 throughput puts 90 epochs at roughly 1.5–3 hours
     hours = eight_a100[0].est_hours

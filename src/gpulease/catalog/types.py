@@ -138,9 +138,22 @@ class OfferTable:
     as_of: npt.NDArray[np.str_]
     source: npt.NDArray[np.str_]
     extra: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+    _codes: dict[str, tuple[np.ndarray, npt.NDArray[np.intp]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return int(self.provider.shape[0])
+
+    def codes(self, name: str) -> tuple[np.ndarray, npt.NDArray[np.intp]]:
+        """(distinct values, index of each row's value) of column ``name``, computed once per
+        table: sorting tens of thousands of strings is the slow part of grouping."""
+        cached = self._codes.get(name)
+        if cached is None:
+            uniques, inverse = np.unique(getattr(self, name), return_inverse=True)
+            cached = (uniques, inverse.astype(np.intp))
+            self._codes[name] = cached
+        return cached
 
     def row(self, i: int) -> Offer:
         """Offer ``i`` as an object (NaN prices and band -1 become None, "" zone becomes None)."""

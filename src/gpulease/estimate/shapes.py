@@ -16,6 +16,7 @@ peak figures it is divided by.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -52,8 +53,11 @@ def _round_to(value: float, step: int) -> int:
     return max(step, step * round(value / step))
 
 
+@functools.lru_cache(maxsize=256)
 def transformer_shape(model: ModelSpec) -> TransformerShape:
-    """The shape of ``model``, with missing fields derived from ``model.params``."""
+    """The shape of ``model``, with missing fields derived from ``model.params``.
+
+    Cached: the optimizer asks for the same (frozen, hashable) model hundreds of times a plan."""
     params = max(model.params, 1.0)
     layers, hidden = model.layers, model.hidden
     if hidden is None and layers is None:

@@ -80,9 +80,10 @@ def plan_all(
     prices_all = _price_columns(offers, pricings, task.resources.commitment)
     _require_price(funnel, prices_all, pricings)
     index = np.flatnonzero(funnel.alive)
-    sub = offers.take(index)
+    sub = offers if index.size == len(offers) else offers.take(index)
     prices = {p: col[index] for p, col in prices_all.items()}
-    sizings, config_of = _size_configs(task, catalog, sub, funnel, max_nodes)
+    first, config_of = _config_keys(offers, index)
+    sizings = _size_configs(task, catalog, sub, first, max_nodes)
     ctx = Context(
         task=task,
         catalog=catalog,
@@ -144,25 +145,28 @@ def _require_price(
     funnel.apply(priced, f"no {wanted} price published for these offers")
 
 
-def _config_keys(sub: OfferTable) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each configuration, configuration index of every row)."""
-    if len(sub) == 0:
+def _config_keys(offers: OfferTable, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each configuration, configuration index of every row) among ``index``.
+
+    A configuration is part × GPUs per node × fabric × network; the string codes are cached on
+    the (full) offer table, so grouping costs one integer ``unique`` per plan.
+    """
+    if index.size == 0:
         return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
-    _, part_code = np.unique(sub.part, return_inverse=True)
-    _, fabric_code = np.unique(sub.fabric, return_inverse=True)
+    _, part_code = offers.codes("part")
+    _, fabric_code = offers.codes("fabric")
+    network = np.round(np.nan_to_num(offers.network_gbps[index], nan=-1.0)).astype(np.int64) + 1
     key = (
-        ((part_code.astype(np.int64) * 4096 + sub.gpu_count) * 64 + fabric_code) * 100_000
-        + np.round(np.nan_to_num(sub.network_gbps, nan=-1.0)).astype(np.int64)
-        + 1
-    )
+        (part_code[index].astype(np.int64) * 4096 + offers.gpu_count[index]) * 64
+        + fabric_code[index]
+    ) * 100_000 + network
     _, first, config_of = np.unique(key, return_index=True, return_inverse=True)
     return first, config_of
 
 
 def _size_configs(
-    task: Task, catalog: Catalog, sub: OfferTable, funnel: Funnel, max_nodes: int
-) -> tuple[list[ConfigSizing], np.ndarray]:
-    first, config_of = _config_keys(sub)
+    task: Task, catalog: Catalog, sub: OfferTable, first: np.ndarray, max_nodes: int
+) -> list[ConfigSizing]:
     workload = task.workload
     sizings: list[ConfigSizing] = []
     for row in first:
@@ -188,7 +192,7 @@ def _size_configs(
                     max_nodes=max_nodes if known else 1,
                 )
             )
-    return sizings, config_of
+    return sizings
 
 
 def _grid(
@@ -202,6 +206,9 @@ def _grid(
 ) -> Grid:
     nodes_k = np.stack([s.nodes for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS))
     hours_k = np.stack([s.hours for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS, 3))
+    used = np.flatnonzero(np.isfinite(nodes_k).any(axis=0))
+    width = int(used[-1]) + 1 if used.size else 1  # options past the last used one are all NaN
+    nodes_k, hours_k = nodes_k[:, :width], hours_k[:, :width]
     interval = task.checkpoint.sync_interval_hours if task.checkpoint else None
     return build_grid(
         pricings=pricings,

@@ -4,9 +4,7 @@ count per offer and pricing for the objective, the top N, the Pareto front, and 
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +20,7 @@ from gpulease.optimizer.sizing import ConfigSizing
 from gpulease.spec.models import Task
 
 MAX_PARETO = 25
+SHORTLIST = 16  # × top: rows sorted before the (rarely needed) rest
 
 
 @dataclass(slots=True)
@@ -49,22 +48,17 @@ def _reject(funnel: Funnel, ctx: Context, bad: npt.NDArray[np.bool_], reason: st
 def explain_grid(funnel: Funnel, ctx: Context, grid: Grid) -> None:
     """Reject offers with no feasible cell, one line per (constraint, accelerator) group."""
     m = len(ctx.offers)
-    infeasible = (
-        np.array([ctx.sizings[c].infeasible is not None for c in ctx.config_of], bool)
-        if m
-        else np.zeros(0, bool)
-    )
-    by_reason: dict[str, list[int]] = defaultdict(list)
-    for i in np.flatnonzero(infeasible):
-        by_reason[str(ctx.sizings[ctx.config_of[i]].infeasible)].append(int(i))
-    for template, rows in sorted(by_reason.items()):
-        bad = np.zeros(m, dtype=bool)
-        bad[rows] = True
-        counts = sorted({int(c) for c in ctx.offers.gpu_count[rows]})
-        gpus = (
-            ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
-        )
-        _reject(funnel, ctx, bad, template.replace("{gpus}", gpus))
+    reasons = [sizing.infeasible or "" for sizing in ctx.sizings]
+    templates = sorted(set(reasons) - {""})
+    code = {template: k for k, template in enumerate(templates)}
+    config_code = np.array([code.get(r, -1) for r in reasons], dtype=np.int64)
+    offer_code = config_code[ctx.config_of] if m else np.zeros(0, np.int64)
+    infeasible = offer_code >= 0
+    for k, template in enumerate(templates):
+        bad = offer_code == k
+        counts = sorted(int(c) for c in np.unique(ctx.offers.gpu_count[bad]))
+        gpus = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "")
+        _reject(funnel, ctx, bad, template.replace("{gpus}", gpus + str(counts[-1])))
     alive = ~infeasible
     stages: list[tuple[npt.NDArray[np.bool_], Callable[[npt.NDArray[np.bool_]], str]]] = [
         (
@@ -91,27 +85,27 @@ def _best_by_part(
     ctx: Context, values: npt.NDArray[np.float64], bad: npt.NDArray[np.bool_], fmt: str
 ) -> str:
     """``A100 (best 31 h), T4 (best 80 h)`` over the offers in ``bad``."""
-    best: dict[str, float] = {}
-    for i in np.flatnonzero(bad):
-        v = values[:, i].ravel()
-        v = v[np.isfinite(v)]
-        if v.size:
-            part = str(ctx.offers.part[i])
-            best[part] = min(best.get(part, math.inf), float(v.min()))
-    ordered = sorted(best.items(), key=lambda kv: kv[1])
-    shown = ", ".join(f"{part} (best {fmt.format(v)})" for part, v in ordered[:5])
+    best_offer = np.min(np.where(np.isfinite(values), values, np.inf), axis=(0, 2))
+    chosen = bad & np.isfinite(best_offer)
+    parts, inverse = ctx.catalog.offers.codes("part")
+    per_part = np.full(len(parts), np.inf)
+    np.minimum.at(per_part, inverse[ctx.index][chosen], best_offer[chosen])
+    ordered = sorted(
+        ((float(v), str(parts[k])) for k, v in enumerate(per_part) if np.isfinite(v)),
+    )
+    shown = ", ".join(f"{part} (best {fmt.format(v)})" for v, part in ordered[:5])
     return shown + (f", … (+{len(ordered) - 5})" if len(ordered) > 5 else "")
 
 
 def _deadline_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
-    hours = np.where(grid.fits, grid.hours[..., 1], np.nan)
+    hours = np.where(grid.fits, grid.hours, np.nan)
     return f"too slow for the {ctx.task.deadline_hours:g} h deadline: " + _best_by_part(
         ctx, hours, bad, "{:.1f} h"
     )
 
 
 def _budget_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
-    cost = np.where(grid.fits & grid.deadline_ok, grid.cost[..., 1], np.nan)
+    cost = np.where(grid.fits & grid.deadline_ok, grid.cost, np.nan)
     return f"over the ${ctx.task.budget_usd:,.0f} budget: " + _best_by_part(
         ctx, cost, bad, "${:,.0f}"
     )
@@ -147,16 +141,13 @@ def preference_filter(funnel: Funnel, ctx: Context) -> None:
 def _peak_total(ctx: Context, grid: Grid) -> npt.NDArray[np.float64]:
     """Dense peak TFLOPS of every (offer, option) at the workload's precision: (m, L)."""
     precision = ctx.precision()
-    per_gpu = {
-        part: ctx.catalog.spec_for(part).peak_tflops(precision)
-        for part in np.unique(ctx.offers.part)
-    }
-    gpu = (
-        np.array([per_gpu[p] for p in ctx.offers.part], dtype=float)
-        if len(ctx.offers)
-        else np.zeros(0)
+    parts, inverse = ctx.catalog.offers.codes("part")
+    per_part = np.array(
+        [ctx.catalog.spec_for(str(part)).peak_tflops(precision) for part in parts], dtype=float
     )
-    return (gpu * ctx.offers.gpu_count)[:, None] * grid.nodes
+    gpu = per_part[inverse[ctx.index]]
+    peak: npt.NDArray[np.float64] = (gpu * ctx.offers.gpu_count)[:, None] * grid.nodes
+    return peak
 
 
 def _scores(
@@ -164,8 +155,8 @@ def _scores(
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(primary, secondary) scores, lower is better, shape (P, m, L)."""
     workload = ctx.task.workload is not None
-    cost = grid.cost[..., 1] if workload else grid.plan_price
-    hours = grid.hours[..., 1] if workload else -np.broadcast_to(peak, grid.plan_price.shape)
+    cost = grid.cost if workload else grid.plan_price
+    hours = grid.hours if workload else -np.broadcast_to(peak, grid.plan_price.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_tflop = grid.plan_price / peak[None]
     if ctx.objective == "fastest":
@@ -184,23 +175,45 @@ def rank(ctx: Context, grid: Grid, top: int) -> tuple[list[Plan], list[Plan]]:
     ok = grid.feasible & ctx.keep[None, :, None]
     primary = np.where(ok, primary, np.inf)
     secondary = np.where(ok, secondary, np.inf)
-    best_l = np.argmin(primary + 1e-9 * np.nan_to_num(secondary, posinf=0.0), axis=2)
+    best_l = _best_option(primary, secondary)
     p_idx, m_idx = np.nonzero(
         np.isfinite(np.take_along_axis(primary, best_l[..., None], 2)[..., 0])
     )
     l_idx = best_l[p_idx, m_idx]
-    order = np.lexsort(
-        (
-            m_idx,
-            p_idx,
-            grid.plan_price[p_idx, m_idx, l_idx],
-            secondary[p_idx, m_idx, l_idx],
-            primary[p_idx, m_idx, l_idx],
-        )
+    keys = (
+        grid.plan_price[p_idx, m_idx, l_idx],
+        secondary[p_idx, m_idx, l_idx],
+        primary[p_idx, m_idx, l_idx],
     )
-    cells = [(int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in order]
+    cells = ((int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in _ordered(keys, top * SHORTLIST))
     plans = _build_plans(ctx, grid, peak, cells, top)
     return plans, _pareto(ctx, grid, peak, ok)
+
+
+def _ordered(keys: tuple[npt.NDArray[np.float64], ...], shortlist: int) -> Iterable[int]:
+    """Indices sorted by ``keys`` (last key primary; stable). Sorts a shortlist of the best
+    ``shortlist`` first, and everything only if the caller reads past it."""
+    primary = keys[-1]
+    n = primary.shape[0]
+    if n > shortlist:
+        threshold = np.partition(primary, shortlist - 1)[shortlist - 1]
+        head = np.flatnonzero(primary <= threshold)
+        yield from head[np.lexsort(tuple(k[head] for k in keys))].tolist()
+        rest = np.flatnonzero(primary > threshold)
+        yield from rest[np.lexsort(tuple(k[rest] for k in keys))].tolist()
+        return
+    yield from np.lexsort(keys).tolist()
+
+
+def _best_option(
+    primary: npt.NDArray[np.float64], secondary: npt.NDArray[np.float64]
+) -> npt.NDArray[np.intp]:
+    """Per (pricing, offer), the option with the lowest primary score, ties broken by the
+    secondary score."""
+    lowest = primary.min(axis=2, keepdims=True)
+    tied = np.isfinite(primary) & (primary <= lowest + 1e-9 * np.abs(lowest))
+    best: npt.NDArray[np.intp] = np.argmin(np.where(tied, secondary, np.inf), axis=2)
+    return best
 
 
 def _dedupe_key(ctx: Context, grid: Grid, cell: tuple[int, int, int]) -> tuple[object, ...]:
@@ -221,7 +234,7 @@ def _build_plans(
     ctx: Context,
     grid: Grid,
     peak: npt.NDArray[np.float64],
-    cells: list[tuple[int, int, int]],
+    cells: Iterable[tuple[int, int, int]],
     limit: int,
 ) -> list[Plan]:
     plans: list[Plan] = []
@@ -245,26 +258,54 @@ def _pareto(
     ctx: Context, grid: Grid, peak: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]
 ) -> list[Plan]:
     workload = ctx.task.workload is not None
-    cost = grid.cost[..., 1] if workload else grid.plan_price
+    cost = grid.cost if workload else grid.plan_price
     time = (
-        grid.hours[..., 1]
+        grid.hours
         if workload
         else 1.0 / np.maximum(peak[None], 1e-9) * np.ones_like(grid.plan_price)
     )
-    p_idx, m_idx, l_idx = np.nonzero(ok & np.isfinite(cost) & np.isfinite(time))
+    rows = _cheapest_per_group(ctx, grid, ok)
+    cell_ok = (
+        ok[rows[:, 0], rows[:, 1]]
+        & np.isfinite(cost[rows[:, 0], rows[:, 1]])
+        & np.isfinite(time[rows[:, 0], rows[:, 1]])
+    )
+    r_idx, l_idx = np.nonzero(cell_ok)
+    p_idx, m_idx = rows[r_idx, 0], rows[r_idx, 1]
     c, t = cost[p_idx, m_idx, l_idx], time[p_idx, m_idx, l_idx]
-    order = np.lexsort((m_idx, p_idx, c, t))
-    front: list[tuple[int, int, int]] = []
-    best = math.inf
-    for o in order:
-        if c[o] < best - 1e-9:
-            best = float(c[o])
-            front.append((int(p_idx[o]), int(m_idx[o]), int(l_idx[o])))
+    order = np.lexsort((c, t))  # stable: ties keep the (pricing, offer, option) order
+    c_sorted = c[order]
+    # on the front: strictly cheaper than everything at least as fast
+    cheapest_before = np.minimum.accumulate(np.concatenate(([np.inf], c_sorted[:-1])))
+    on_front = order[c_sorted < cheapest_before - 1e-9]
+    front = [(int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in on_front]
     if len(front) > MAX_PARETO:  # keep the ends and an even spread between them
         picks = np.unique(np.linspace(0, len(front) - 1, MAX_PARETO).round().astype(int))
         front = [front[k] for k in picks]
     plans = _build_plans(ctx, grid, peak, front, MAX_PARETO)
     return [_renumber(p, k + 1) for k, p in enumerate(plans)]
+
+
+def _cheapest_per_group(ctx: Context, grid: Grid, ok: npt.NDArray[np.bool_]) -> np.ndarray:
+    """(pricing, offer) rows that can reach the Pareto front: per pricing, configuration and
+    interruption band (which fix the hours of every option), only the cheapest offer."""
+    band = ctx.offers.interruption_band.astype(np.int64) + 1
+    rows = []
+    for p, pricing in enumerate(grid.pricings):
+        price = grid.price_node[p]
+        usable = np.flatnonzero(ok[p].any(axis=1) & np.isfinite(price))
+        if usable.size == 0:
+            continue
+        group = ctx.config_of[usable].astype(np.int64) * 8
+        if pricing == "spot":
+            group = group + band[usable]
+        order = usable[np.lexsort((usable, price[usable], group))]
+        sorted_group = (ctx.config_of[order].astype(np.int64) * 8) + (
+            band[order] if pricing == "spot" else 0
+        )
+        first = np.concatenate(([True], sorted_group[1:] != sorted_group[:-1]))
+        rows.append(np.stack([np.full(int(first.sum()), p), order[first]], axis=1))
+    return np.concatenate(rows) if rows else np.zeros((0, 2), dtype=np.int64)
 
 
 def _renumber(plan: Plan, rank: int) -> Plan:
@@ -288,8 +329,7 @@ def _make_plan(
     nodes = int(grid.nodes[i, opt])
     gpus = int(offers.gpu_count[i]) * nodes
     has_workload = ctx.task.workload is not None
-    hours = Range(*map(float, grid.hours[p, i, opt])) if has_workload else None
-    cost = Range(*map(float, grid.cost[p, i, opt])) if has_workload else None
+    hours, cost = grid.ranges(p, i, opt) if has_workload else (None, None)
     gpu_hours = Range(hours.low * gpus, hours.expected * gpus, hours.high * gpus) if hours else None
     band = int(offers.interruption_band[i])
     zone = str(offers.zone[i]) or None
