@@ -1,9 +1,14 @@
-"""The candidate grid: every surviving offer × pricing model × node-count option, as arrays.
+"""Candidates: for each pricing model, the offers grouped by what fixes their hours, the node-count
+options of each group, and the option each offer takes.
 
-Shapes: ``P`` pricing models × ``m`` offers × ``L`` node-count options, expected values only; the
-low / high ranges are computed for the few cells that become plans (:meth:`Grid.ranges`).
-Infeasible cells are NaN; the ``*_ok`` masks say which constraint a cell fails, in the order the
-explanation uses (fits memory → meets deadline → within budget → within the hourly price cap).
+Hours depend on the hardware configuration (part × GPUs per node × fabric × network), the node
+count and — on spot — the interruption band; they do not depend on the offer's price. So hours are
+held per *group* (configuration, and band for spot) × option: a few thousand numbers even for
+50,000 offers. Per offer only the price varies, and the budget and the hourly cap become price
+thresholds on the group's figures (``cost = price × nodes × hours ≤ budget`` ⇔
+``nodes × hours ≤ budget / price``). Each offer then takes the first option, in the objective's
+order, that passes every constraint; :attr:`PricingGrid.stage` records how far the best option got
+(1 fits, 2 meets the deadline, 3 within budget, 4 under the hourly cap) for the explanations.
 """
 
 from __future__ import annotations
@@ -14,90 +19,152 @@ import numpy as np
 import numpy.typing as npt
 
 from gpulease.optimizer import spot_overhead
-from gpulease.optimizer.plan import Pricing, Range
+from gpulease.optimizer.plan import Objective, Pricing, Range
 
-MAX_STRETCH = 10.0  # 1 / (1 - 0.9): the stretch at the highest load a spot plan may carry
 F = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
+I = npt.NDArray[np.int64]  # noqa: E741 - a type alias, not a variable
+MAX_STRETCH = 10.0  # 1 / (1 - 0.9): the stretch at the highest load a spot plan may carry
+FITS, DEADLINE, BUDGET, PRICE_CAP = 1, 2, 3, 4
 
 
 @dataclass(slots=True)
-class Grid:
-    pricings: tuple[Pricing, ...]
-    price_node: F  # (P, m) $/h per node; NaN when not offered
-    nodes: F  # (m, L)
-    base_hours: F  # (m, L, 3) low/expected/high before spot restarts; NaN without a workload
-    band: npt.NDArray[np.int64]  # (m,) interruption band
-    loss_h: float  # hours lost per interruption
-    hours: F  # (P, m, L) expected, with spot restarts
-    cost: F  # (P, m, L) expected
-    plan_price: F  # (P, m, L) $/h for the whole plan
-    fits: B  # (P, m, L) an option exists and is priced
-    deadline_ok: B
-    budget_ok: B
-    price_ok: B
+class Limits:
+    deadline_h: float | None
+    budget_usd: float | None
+    max_price_per_hour: float | None
+    has_workload: bool
 
-    @property
-    def feasible(self) -> B:
-        return self.fits & self.deadline_ok & self.budget_ok & self.price_ok
 
-    def ranges(self, p: int, i: int, opt: int) -> tuple[Range, Range]:
-        """(hours, cost) low / expected / high of one cell; spot uses the band's bounds."""
-        hours = self.base_hours[i, opt].copy()
-        if self.pricings[p] == "spot":
-            rates = spot_overhead.hourly_rates(self.band[i : i + 1])[0]
-            nodes = np.full(3, self.nodes[i, opt])
-            stretch = spot_overhead.stretch_factor(rates, nodes, self.loss_h)
+@dataclass(slots=True)
+class PricingGrid:
+    """One pricing model over the offers that passed the hard constraints."""
+
+    pricing: Pricing
+    price: F  # (m,) $/h per node; NaN when not offered
+    group: I  # (m,) group of each offer
+    nodes: F  # (G, L) node count of each option; NaN where none
+    hours: F  # (G, L) expected hours (spot restarts included); NaN without a workload
+    base: F  # (G, L, 3) low / expected / high hours before spot restarts
+    band: I  # (G,) interruption band of the group (spot), else -1
+    loss_h: float
+    option: I  # (m,) the option each offer takes, -1 when none passes
+    stage: I  # (m,) how far the offer's best option got (0 … PRICE_CAP)
+
+    def unit_cost(self) -> F:
+        """(G, L) cost per $/h of node price: nodes × hours (nodes alone without a workload)."""
+        return self.nodes * np.where(np.isfinite(self.hours), self.hours, 1.0)
+
+    def ranges(self, i: int, opt: int) -> tuple[Range, Range]:
+        """(hours, cost) low / expected / high of offer ``i`` at option ``opt``."""
+        g = int(self.group[i])
+        hours = self.base[g, opt].copy()
+        if self.pricing == "spot":
+            rates = spot_overhead.hourly_rates(self.band[g : g + 1])[0]
+            stretch = spot_overhead.stretch_factor(
+                rates, np.full(3, self.nodes[g, opt]), self.loss_h
+            )
             hours = hours * np.nan_to_num(stretch, nan=MAX_STRETCH)  # high rate: cap the range
-        price = float(self.plan_price[p, i, opt])
+        price = float(self.price[i] * self.nodes[g, opt])
         low, expected, high = (float(h) for h in hours)
         return Range(low, expected, high), Range(low * price, expected * price, high * price)
 
 
-def build_grid(
+def build_pricing_grid(
+    pricing: Pricing,
+    price: F,
     *,
-    pricings: tuple[Pricing, ...],
-    prices: dict[Pricing, F],
-    band: npt.NDArray[np.int64],
-    nodes: F,
-    hours: F,
-    has_workload: bool,
-    deadline_h: float | None,
-    budget_usd: float | None,
-    max_price_per_hour: float | None,
-    checkpoint_interval_h: float | None,
-) -> Grid:
-    price_node = np.stack([prices[p] for p in pricings])  # (P, m)
-    loss = spot_overhead.loss_per_interruption(checkpoint_interval_h)
-    expected = hours[..., 1]
-    hours_p = np.empty((len(pricings), *expected.shape))
-    for k, pricing in enumerate(pricings):
-        if pricing == "spot" and has_workload:
-            rate = spot_overhead.hourly_rates(band)[:, 1:2]  # (m, 1) expected rate
-            hours_p[k] = expected * spot_overhead.stretch_factor(rate, nodes, loss)
-        else:
-            hours_p[k] = expected
-    plan_price = price_node[:, :, None] * nodes[None, :, :]  # (P, m, L)
-    cost = plan_price * hours_p
-    priced = np.isfinite(plan_price)
-    fits = priced & np.isfinite(hours_p) if has_workload else priced
-    everywhere = np.ones_like(fits)
-    with np.errstate(invalid="ignore"):
-        deadline_ok = hours_p <= deadline_h if (deadline_h and has_workload) else everywhere
-        budget_ok = cost <= budget_usd if (budget_usd and has_workload) else everywhere
-        price_ok = plan_price <= max_price_per_hour if max_price_per_hour else everywhere
-    return Grid(
-        pricings,
-        price_node,
+    config_of: I,
+    band: I,
+    nodes_k: F,
+    hours_k: F,
+    loss_h: float,
+    limits: Limits,
+    objective: Objective,
+) -> PricingGrid:
+    """Group the offers, price every group's options and choose each offer's option."""
+    spot = pricing == "spot"
+    if spot:  # a group per configuration and band
+        _, first, group = np.unique(
+            config_of * 8 + band + 1, return_index=True, return_inverse=True
+        )
+        g_config, g_band = config_of[first], band[first]
+    else:  # a group per configuration
+        group = config_of
+        g_config = np.arange(nodes_k.shape[0])
+        g_band = np.full(nodes_k.shape[0], -1, dtype=np.int64)
+    nodes = nodes_k[g_config]
+    base = hours_k[g_config]
+    hours = base[..., 1].copy()
+    if spot and limits.has_workload:
+        rate = spot_overhead.hourly_rates(g_band)[:, 1:2]
+        hours = hours * spot_overhead.stretch_factor(rate, nodes, loss_h)
+    grid = PricingGrid(
+        pricing,
+        price,
+        group.astype(np.int64),
         nodes,
         hours,
-        band,
-        loss,
-        hours_p,
-        cost,
-        plan_price,
-        fits,
-        deadline_ok,
-        budget_ok,
-        price_ok,
+        base,
+        g_band,
+        loss_h,
+        np.full(price.shape[0], -1, dtype=np.int64),
+        np.zeros(price.shape[0], dtype=np.int64),
     )
+    _choose(grid, limits, objective)
+    return grid
+
+
+def _option_order(grid: PricingGrid, objective: Objective, fits: npt.NDArray[np.bool_]) -> I:
+    """(G, L) options of each group in the objective's order (the price is common to all);
+    options that do not fit come last."""
+    unit = np.where(fits, grid.unit_cost(), np.nan)
+    hours = np.where(fits, np.where(np.isfinite(grid.hours), grid.hours, grid.nodes), np.nan)
+    if objective == "fastest":
+        order: I = np.lexsort((unit, hours))
+    else:  # cheapest, and price-per-tflop (equal for every option of an offer): by cost
+        order = np.lexsort((hours, unit))
+    return order
+
+
+def _choose(grid: PricingGrid, limits: Limits, objective: Objective) -> None:
+    m = grid.price.shape[0]
+    if m == 0 or grid.nodes.shape[1] == 0:
+        return
+    fits = np.isfinite(grid.nodes)
+    if limits.has_workload:
+        fits &= np.isfinite(grid.hours)
+    in_time = fits
+    if limits.deadline_h and limits.has_workload:
+        with np.errstate(invalid="ignore"):
+            in_time = fits & (grid.hours <= limits.deadline_h)
+    unit = grid.unit_cost()
+    with np.errstate(divide="ignore"):
+        budget_unit = (
+            limits.budget_usd / grid.price
+            if limits.budget_usd and limits.has_workload
+            else np.full(m, np.inf)
+        )
+        cap_nodes = (
+            limits.max_price_per_hour / grid.price
+            if limits.max_price_per_hour
+            else np.full(m, np.inf)
+        )
+    order = _option_order(grid, objective, fits)
+    groups = np.arange(order.shape[0])
+    g = grid.group
+    priced = np.isfinite(grid.price)
+    for step in range(order.shape[1]):
+        opt = order[:, step]  # per group: its option at this step
+        fit_g = fits[groups, opt]
+        if not fit_g.any():
+            break  # options are ordered with the missing ones last
+        time_g, unit_g, nodes_g = in_time[groups, opt], unit[groups, opt], grid.nodes[groups, opt]
+        ok_fit = fit_g[g]
+        ok_time = time_g[g]
+        ok_budget = ok_time & (unit_g[g] <= budget_unit)
+        ok_all = ok_budget & (nodes_g[g] <= cap_nodes)
+        reached = ok_fit.astype(np.int64) + ok_time + ok_budget + ok_all
+        np.maximum(grid.stage, reached, out=grid.stage)
+        grid.option = np.where(ok_all & (grid.option < 0), opt[g], grid.option)
+    grid.stage = np.where(priced, grid.stage, 0)
+    grid.option = np.where(priced, grid.option, -1)

@@ -18,11 +18,12 @@ import numpy as np
 from gpulease.catalog import Catalog
 from gpulease.catalog.types import OfferTable
 from gpulease.errors import UserInputError
-from gpulease.optimizer.candidates import Grid, build_grid
+from gpulease.optimizer import spot_overhead
+from gpulease.optimizer.candidates import Limits, PricingGrid, build_pricing_grid
 from gpulease.optimizer.constraints import apply_resource_constraints
 from gpulease.optimizer.funnel import Funnel
-from gpulease.optimizer.plan import OBJECTIVES, Plan, PlanResult, Pricing
-from gpulease.optimizer.ranking import Context, explain_grid, preference_filter, rank
+from gpulease.optimizer.plan import OBJECTIVES, Objective, Plan, PlanResult, Pricing
+from gpulease.optimizer.ranking import Context, explain, node_peaks, preference_filter, rank
 from gpulease.optimizer.sizing import (
     MAX_OPTIONS,
     ConfigSizing,
@@ -94,10 +95,13 @@ def plan_all(
         objective=objective,
         launchable=launchable,
     )
-    grid = _grid(task, sub, sizings, config_of, pricings=pricings, prices=prices)
-    explain_grid(funnel, ctx, grid)
+    ctx.peak_node = node_peaks(ctx)
+    grids = _grids(
+        task, sub, sizings, config_of, pricings=pricings, prices=prices, objective=objective
+    )
+    explain(funnel, ctx, grids)
     preference_filter(funnel, ctx)
-    plans, pareto = rank(ctx, grid, top)
+    plans, pareto = rank(ctx, grids, top)
     return PlanResult(
         plans=tuple(plans),
         pareto=tuple(pareto),
@@ -195,7 +199,7 @@ def _size_configs(
     return sizings
 
 
-def _grid(
+def _grids(
     task: Task,
     sub: OfferTable,
     sizings: list[ConfigSizing],
@@ -203,25 +207,34 @@ def _grid(
     *,
     pricings: tuple[Pricing, ...],
     prices: dict[Pricing, np.ndarray],
-) -> Grid:
+    objective: Objective,
+) -> list[PricingGrid]:
     nodes_k = np.stack([s.nodes for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS))
     hours_k = np.stack([s.hours for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS, 3))
     used = np.flatnonzero(np.isfinite(nodes_k).any(axis=0))
     width = int(used[-1]) + 1 if used.size else 1  # options past the last used one are all NaN
     nodes_k, hours_k = nodes_k[:, :width], hours_k[:, :width]
     interval = task.checkpoint.sync_interval_hours if task.checkpoint else None
-    return build_grid(
-        pricings=pricings,
-        prices=prices,
-        band=sub.interruption_band,
-        nodes=nodes_k[config_of],
-        hours=hours_k[config_of],
-        has_workload=task.workload is not None,
+    limits = Limits(
         deadline_h=task.deadline_hours,
         budget_usd=task.budget_usd,
         max_price_per_hour=task.resources.max_price_per_hour,
-        checkpoint_interval_h=interval,
+        has_workload=task.workload is not None,
     )
+    return [
+        build_pricing_grid(
+            pricing,
+            prices[pricing],
+            config_of=config_of.astype(np.int64),
+            band=sub.interruption_band.astype(np.int64),
+            nodes_k=nodes_k,
+            hours_k=hours_k,
+            loss_h=spot_overhead.loss_per_interruption(interval),
+            limits=limits,
+            objective=objective,
+        )
+        for pricing in pricings
+    ]
 
 
 def _notes(task: Task, catalog: Catalog, plans: list[Plan]) -> list[str]:

@@ -1,18 +1,18 @@
-"""Ranking and explaining: which cells of the candidate grid fail which constraint, the best node
-count per offer and pricing for the objective, the top N, the Pareto front, and each plan's reasons.
+"""Ranking and explaining: why offers without a feasible option fail, the top N for the objective,
+the cost/time Pareto front, and each plan's reasons.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from gpulease.catalog import Catalog
 from gpulease.catalog.types import OfferTable
-from gpulease.optimizer.candidates import Grid
+from gpulease.optimizer.candidates import BUDGET, DEADLINE, FITS, PRICE_CAP, PricingGrid
 from gpulease.optimizer.explain import plan_reasons
 from gpulease.optimizer.funnel import Funnel, examples
 from gpulease.optimizer.plan import Objective, Plan, Range
@@ -21,6 +21,9 @@ from gpulease.spec.models import Task
 
 MAX_PARETO = 25
 SHORTLIST = 16  # × top: rows sorted before the (rarely needed) rest
+Cell = tuple[int, int, int]  # (pricing, offer, option)
+F = npt.NDArray[np.float64]
+Mask = npt.NDArray[np.bool_]
 
 
 @dataclass(slots=True)
@@ -33,88 +36,140 @@ class Context:
     config_of: npt.NDArray[np.int64]
     objective: Objective
     launchable: frozenset[str]
-    keep: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    keep: Mask = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    peak_node: F = field(default_factory=lambda: np.zeros(0))  # dense TFLOPS per node
 
-    def precision(self) -> str:
-        return self.task.workload.precision if self.task.workload else "bf16"
+    @property
+    def has_workload(self) -> bool:
+        return self.task.workload is not None
 
 
-def _reject(funnel: Funnel, ctx: Context, bad: npt.NDArray[np.bool_], reason: str) -> None:
+def node_peaks(ctx: Context) -> F:
+    """Dense peak TFLOPS of one node of every offer at the workload's precision."""
+    precision = ctx.task.workload.precision if ctx.task.workload else "bf16"
+    parts, inverse = ctx.catalog.offers.codes("part")
+    per_part = np.array(
+        [ctx.catalog.spec_for(str(part)).peak_tflops(precision) for part in parts], dtype=float
+    )
+    peak: F = per_part[inverse[ctx.index]] * ctx.offers.gpu_count
+    return peak
+
+
+def _reject(funnel: Funnel, ctx: Context, bad: Mask, reason: str) -> None:
     passing = np.ones(funnel.alive.shape[0], dtype=bool)
     passing[ctx.index[bad]] = False
     funnel.apply(passing, reason)
 
 
-def explain_grid(funnel: Funnel, ctx: Context, grid: Grid) -> None:
-    """Reject offers with no feasible cell, one line per (constraint, accelerator) group."""
+def explain(funnel: Funnel, ctx: Context, grids: list[PricingGrid]) -> None:
+    """Reject offers with no feasible option, one line per (constraint, accelerator) group."""
+    infeasible = _explain_sizing(funnel, ctx)
+    m = len(ctx.offers)
+    stage = np.zeros(m, dtype=np.int64)
+    for grid in grids:
+        stage = np.maximum(stage, grid.stage)
+    lines: list[tuple[int, Callable[[Mask], str]]] = [
+        (
+            FITS,
+            lambda bad: (
+                "spot: interruptions too frequent at these node counts to finish "
+                f"({examples(ctx.offers.instance_type[bad])})"
+            ),
+        ),
+        (
+            DEADLINE,
+            lambda bad: (
+                f"too slow for the {ctx.task.deadline_hours:g} h deadline: "
+                + _best_by_part(ctx, _per_offer(ctx, grids, _group_best_hours), bad, "{:.1f} h")
+            ),
+        ),
+        (
+            BUDGET,
+            lambda bad: (
+                f"over the ${ctx.task.budget_usd:,.0f} budget: "
+                + _best_by_part(ctx, _per_offer(ctx, grids, _offer_best_cost), bad, "${:,.0f}")
+            ),
+        ),
+        (
+            PRICE_CAP,
+            lambda bad: (
+                "above max_price_per_hour "
+                f"${ctx.task.resources.max_price_per_hour or 0:g}/h: "
+                + _best_by_part(ctx, _per_offer(ctx, grids, _offer_best_price), bad, "${:.2f}/h")
+            ),
+        ),
+    ]
+    for needed, reason in lines:
+        bad = ~infeasible & (stage == needed - 1)
+        if bad.any():
+            _reject(funnel, ctx, bad, reason(bad))
+    ctx.keep = stage == PRICE_CAP
+
+
+def _explain_sizing(funnel: Funnel, ctx: Context) -> Mask:
+    """Reject offers whose configuration cannot run the workload at all; return them."""
     m = len(ctx.offers)
     reasons = [sizing.infeasible or "" for sizing in ctx.sizings]
     templates = sorted(set(reasons) - {""})
     code = {template: k for k, template in enumerate(templates)}
     config_code = np.array([code.get(r, -1) for r in reasons], dtype=np.int64)
     offer_code = config_code[ctx.config_of] if m else np.zeros(0, np.int64)
-    infeasible = offer_code >= 0
     for k, template in enumerate(templates):
         bad = offer_code == k
         counts = sorted(int(c) for c in np.unique(ctx.offers.gpu_count[bad]))
         gpus = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "")
         _reject(funnel, ctx, bad, template.replace("{gpus}", gpus + str(counts[-1])))
-    alive = ~infeasible
-    stages: list[tuple[npt.NDArray[np.bool_], Callable[[npt.NDArray[np.bool_]], str]]] = [
-        (
-            grid.fits,
-            lambda bad: (
-                "spot: interruptions too frequent at these node counts to finish "
-                f"({examples(ctx.offers.instance_type[bad])})"
-            ),
-        ),
-        (grid.fits & grid.deadline_ok, lambda bad: _deadline_reason(ctx, grid, bad)),
-        (grid.fits & grid.deadline_ok & grid.budget_ok, lambda bad: _budget_reason(ctx, grid, bad)),
-        (grid.feasible, lambda bad: _price_cap_reason(ctx, grid, bad)),
-    ]
-    for ok, reason in stages:
-        has = ok.any(axis=(0, 2)) if m else np.zeros(0, bool)
-        bad = alive & ~has
-        if bad.any():
-            _reject(funnel, ctx, bad, reason(bad))
-        alive &= has
-    ctx.keep = alive
+    infeasible: Mask = offer_code >= 0
+    return infeasible
 
 
-def _best_by_part(
-    ctx: Context, values: npt.NDArray[np.float64], bad: npt.NDArray[np.bool_], fmt: str
-) -> str:
+def _group_best_hours(ctx: Context, grid: PricingGrid) -> F:
+    """Per offer, the fewest expected hours any option of its group reaches."""
+    fastest = np.min(np.where(np.isfinite(grid.hours), grid.hours, np.inf), axis=1)
+    best: F = fastest[grid.group]
+    return best
+
+
+def _in_time(ctx: Context, grid: PricingGrid) -> Mask:
+    """(G, L) options that fit and meet the deadline."""
+    ok: Mask = np.isfinite(grid.nodes) & np.isfinite(grid.hours)
+    if ctx.task.deadline_hours:
+        with np.errstate(invalid="ignore"):
+            ok &= grid.hours <= ctx.task.deadline_hours
+    return ok
+
+
+def _offer_best_cost(ctx: Context, grid: PricingGrid) -> F:
+    """Per offer, the least expected cost of an option that meets the deadline."""
+    least = np.min(np.where(_in_time(ctx, grid), grid.unit_cost(), np.inf), axis=1)
+    best: F = grid.price * least[grid.group]
+    return best
+
+
+def _offer_best_price(ctx: Context, grid: PricingGrid) -> F:
+    """Per offer, the least hourly price of an option that meets the deadline."""
+    least = np.min(np.where(_in_time(ctx, grid), grid.nodes, np.inf), axis=1)
+    best: F = grid.price * least[grid.group]
+    return best
+
+
+def _per_offer(
+    ctx: Context, grids: list[PricingGrid], figure: Callable[[Context, PricingGrid], F]
+) -> F:
+    """The best of ``figure`` over the pricing models, per offer."""
+    best: F = np.min(np.stack([figure(ctx, g) for g in grids]), axis=0)
+    return best
+
+
+def _best_by_part(ctx: Context, best_offer: F, bad: Mask, fmt: str) -> str:
     """``A100 (best 31 h), T4 (best 80 h)`` over the offers in ``bad``."""
-    best_offer = np.min(np.where(np.isfinite(values), values, np.inf), axis=(0, 2))
     chosen = bad & np.isfinite(best_offer)
     parts, inverse = ctx.catalog.offers.codes("part")
     per_part = np.full(len(parts), np.inf)
     np.minimum.at(per_part, inverse[ctx.index][chosen], best_offer[chosen])
-    ordered = sorted(
-        ((float(v), str(parts[k])) for k, v in enumerate(per_part) if np.isfinite(v)),
-    )
+    ordered = sorted((float(v), str(parts[k])) for k, v in enumerate(per_part) if np.isfinite(v))
     shown = ", ".join(f"{part} (best {fmt.format(v)})" for v, part in ordered[:5])
     return shown + (f", … (+{len(ordered) - 5})" if len(ordered) > 5 else "")
-
-
-def _deadline_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
-    hours = np.where(grid.fits, grid.hours, np.nan)
-    return f"too slow for the {ctx.task.deadline_hours:g} h deadline: " + _best_by_part(
-        ctx, hours, bad, "{:.1f} h"
-    )
-
-
-def _budget_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
-    cost = np.where(grid.fits & grid.deadline_ok, grid.cost, np.nan)
-    return f"over the ${ctx.task.budget_usd:,.0f} budget: " + _best_by_part(
-        ctx, cost, bad, "${:,.0f}"
-    )
-
-
-def _price_cap_reason(ctx: Context, grid: Grid, bad: npt.NDArray[np.bool_]) -> str:
-    price = np.where(grid.fits & grid.deadline_ok & grid.budget_ok, grid.plan_price, np.nan)
-    cap = ctx.task.resources.max_price_per_hour or 0.0
-    return f"above max_price_per_hour ${cap:g}/h: " + _best_by_part(ctx, price, bad, "${:.2f}/h")
 
 
 def preference_filter(funnel: Funnel, ctx: Context) -> None:
@@ -138,61 +193,50 @@ def preference_filter(funnel: Funnel, ctx: Context) -> None:
             return
 
 
-def _peak_total(ctx: Context, grid: Grid) -> npt.NDArray[np.float64]:
-    """Dense peak TFLOPS of every (offer, option) at the workload's precision: (m, L)."""
-    precision = ctx.precision()
-    parts, inverse = ctx.catalog.offers.codes("part")
-    per_part = np.array(
-        [ctx.catalog.spec_for(str(part)).peak_tflops(precision) for part in parts], dtype=float
-    )
-    gpu = per_part[inverse[ctx.index]]
-    peak: npt.NDArray[np.float64] = (gpu * ctx.offers.gpu_count)[:, None] * grid.nodes
-    return peak
-
-
-def _scores(
-    ctx: Context, grid: Grid, peak: npt.NDArray[np.float64]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """(primary, secondary) scores, lower is better, shape (P, m, L)."""
-    workload = ctx.task.workload is not None
-    cost = grid.cost if workload else grid.plan_price
-    hours = grid.hours if workload else -np.broadcast_to(peak, grid.plan_price.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_tflop = grid.plan_price / peak[None]
-    if ctx.objective == "fastest":
-        return hours, cost
-    if ctx.objective == "price-per-tflop":
-        return per_tflop, cost
-    return cost, hours
-
-
-def rank(ctx: Context, grid: Grid, top: int) -> tuple[list[Plan], list[Plan]]:
+def rank(ctx: Context, grids: list[PricingGrid], top: int) -> tuple[list[Plan], list[Plan]]:
     """The top ``top`` plans for the objective and the cost/time Pareto front."""
     if not ctx.keep.any():
         return [], []
-    peak = _peak_total(ctx, grid)
-    primary, secondary = _scores(ctx, grid, peak)
-    ok = grid.feasible & ctx.keep[None, :, None]
-    primary = np.where(ok, primary, np.inf)
-    secondary = np.where(ok, secondary, np.inf)
-    best_l = _best_option(primary, secondary)
-    p_idx, m_idx = np.nonzero(
-        np.isfinite(np.take_along_axis(primary, best_l[..., None], 2)[..., 0])
+    columns: list[tuple[npt.NDArray[np.int64], ...]] = []
+    keys: list[tuple[F, F, F]] = []
+    for p, grid in enumerate(grids):
+        i = np.flatnonzero(ctx.keep & (grid.option >= 0))
+        opt = grid.option[i]
+        columns.append((np.full(i.size, p), i, opt))
+        keys.append(_scores(ctx, grid, i, opt))
+    p_idx, m_idx, l_idx = (np.concatenate(c) for c in zip(*columns, strict=True))
+    price, secondary, primary = (np.concatenate(k) for k in zip(*keys, strict=True))
+    cells = (
+        (int(p_idx[o]), int(m_idx[o]), int(l_idx[o]))
+        for o in _ordered((price, secondary, primary), top * SHORTLIST)
     )
-    l_idx = best_l[p_idx, m_idx]
-    keys = (
-        grid.plan_price[p_idx, m_idx, l_idx],
-        secondary[p_idx, m_idx, l_idx],
-        primary[p_idx, m_idx, l_idx],
-    )
-    cells = ((int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in _ordered(keys, top * SHORTLIST))
-    plans = _build_plans(ctx, grid, peak, cells, top)
-    return plans, _pareto(ctx, grid, peak, ok)
+    plans = _build_plans(ctx, grids, cells, top)
+    return plans, _pareto(ctx, grids)
 
 
-def _ordered(keys: tuple[npt.NDArray[np.float64], ...], shortlist: int) -> Iterable[int]:
+def _scores(
+    ctx: Context, grid: PricingGrid, i: npt.NDArray[np.int64], opt: npt.NDArray[np.int64]
+) -> tuple[F, F, F]:
+    """(plan price, secondary, primary) of offers ``i`` at options ``opt``; lower is better."""
+    g = grid.group[i]
+    nodes = grid.nodes[g, opt]
+    plan_price = grid.price[i] * nodes
+    peak = ctx.peak_node[i] * nodes
+    if ctx.has_workload:
+        hours = grid.hours[g, opt]
+        cost = plan_price * hours
+    else:
+        hours, cost = -peak, plan_price  # no estimate: more TFLOPS stands in for speed
+    if ctx.objective == "fastest":
+        return plan_price, cost, hours
+    if ctx.objective == "price-per-tflop":
+        return plan_price, cost, plan_price / np.maximum(peak, 1e-9)
+    return plan_price, hours, cost
+
+
+def _ordered(keys: tuple[F, ...], shortlist: int) -> Iterator[int]:
     """Indices sorted by ``keys`` (last key primary; stable). Sorts a shortlist of the best
-    ``shortlist`` first, and everything only if the caller reads past it."""
+    ``shortlist`` first, and everything else only if the caller reads past it."""
     primary = keys[-1]
     n = primary.shape[0]
     if n > shortlist:
@@ -205,165 +249,148 @@ def _ordered(keys: tuple[npt.NDArray[np.float64], ...], shortlist: int) -> Itera
     yield from np.lexsort(keys).tolist()
 
 
-def _best_option(
-    primary: npt.NDArray[np.float64], secondary: npt.NDArray[np.float64]
-) -> npt.NDArray[np.intp]:
-    """Per (pricing, offer), the option with the lowest primary score, ties broken by the
-    secondary score."""
-    lowest = primary.min(axis=2, keepdims=True)
-    tied = np.isfinite(primary) & (primary <= lowest + 1e-9 * np.abs(lowest))
-    best: npt.NDArray[np.intp] = np.argmin(np.where(tied, secondary, np.inf), axis=2)
-    return best
+def _pareto(ctx: Context, grids: list[PricingGrid]) -> list[Plan]:
+    """Non-dominated (expected cost, expected hours) plans, thinned to :data:`MAX_PARETO`.
+
+    Within a group every option's hours are the same for all offers, so only the group's
+    cheapest kept offer can reach the front; its options are the candidates."""
+    cells: list[Cell] = []
+    cost: list[float] = []
+    time: list[float] = []
+    for p, grid in enumerate(grids):
+        for i in _cheapest_per_group(ctx, grid):
+            g = int(grid.group[i])
+            limits_ok = _options_ok(ctx, grid, i)
+            for opt in np.flatnonzero(limits_ok):
+                nodes = float(grid.nodes[g, opt])
+                hours = (
+                    float(grid.hours[g, opt])
+                    if ctx.has_workload
+                    else 1 / max(float(ctx.peak_node[i]) * nodes, 1e-9)
+                )
+                cells.append((p, int(i), int(opt)))
+                cost.append(float(grid.price[i]) * nodes * (hours if ctx.has_workload else 1.0))
+                time.append(hours)
+    if not cells:
+        return []
+    c, t = np.array(cost), np.array(time)
+    order = np.lexsort((c, t))  # stable: ties keep the (pricing, offer, option) order
+    c_sorted = c[order]
+    cheapest_before = np.minimum.accumulate(np.concatenate(([np.inf], c_sorted[:-1])))
+    front = [cells[o] for o in order[c_sorted < cheapest_before - 1e-9]]
+    if len(front) > MAX_PARETO:  # keep the ends and an even spread between them
+        picks = np.unique(np.linspace(0, len(front) - 1, MAX_PARETO).round().astype(int))
+        front = [front[k] for k in picks]
+    plans = _build_plans(ctx, grids, front, MAX_PARETO)
+    return [replace(p, rank=k + 1) for k, p in enumerate(plans)]
 
 
-def _dedupe_key(ctx: Context, grid: Grid, cell: tuple[int, int, int]) -> tuple[object, ...]:
+def _options_ok(ctx: Context, grid: PricingGrid, i: int) -> Mask:
+    """The options of offer ``i`` that pass every constraint."""
+    g = int(grid.group[i])
+    nodes, hours = grid.nodes[g], grid.hours[g]
+    price = float(grid.price[i])
+    ok: Mask = np.isfinite(nodes)
+    task = ctx.task
+    if ctx.has_workload:
+        ok &= np.isfinite(hours)
+        with np.errstate(invalid="ignore"):
+            if task.deadline_hours:
+                ok &= hours <= task.deadline_hours
+            if task.budget_usd:
+                ok &= price * nodes * hours <= task.budget_usd
+    if task.resources.max_price_per_hour:
+        with np.errstate(invalid="ignore"):
+            ok &= price * nodes <= task.resources.max_price_per_hour
+    return ok
+
+
+def _cheapest_per_group(ctx: Context, grid: PricingGrid) -> list[int]:
+    usable = np.flatnonzero(ctx.keep & (grid.option >= 0))
+    if usable.size == 0:
+        return []
+    # one stable sort on (group, price): prices are below $1M/h, so group × 1e7 + price is exact
+    key = grid.group[usable] * 1e7 + grid.price[usable]
+    order = usable[np.argsort(key, kind="stable")]
+    groups = grid.group[order]
+    first = np.concatenate(([True], groups[1:] != groups[:-1]))
+    picked: list[int] = order[first].tolist()
+    return picked
+
+
+def _dedupe_key(ctx: Context, grids: list[PricingGrid], cell: Cell) -> tuple[object, ...]:
     p, i, opt = cell
-    pricing = grid.pricings[p]
-    zone = str(ctx.offers.zone[i]) if pricing == "spot" else ""
+    grid = grids[p]
+    zone = str(ctx.offers.zone[i]) if grid.pricing == "spot" else ""
     return (
         str(ctx.offers.provider[i]),
         str(ctx.offers.region[i]),
         zone,
         str(ctx.offers.instance_type[i]),
-        pricing,
-        float(grid.nodes[i, opt]),
+        grid.pricing,
+        float(grid.nodes[grid.group[i], opt]),
     )
 
 
 def _build_plans(
-    ctx: Context,
-    grid: Grid,
-    peak: npt.NDArray[np.float64],
-    cells: Iterable[tuple[int, int, int]],
-    limit: int,
+    ctx: Context, grids: list[PricingGrid], cells: Iterable[Cell], limit: int
 ) -> list[Plan]:
     plans: list[Plan] = []
     seen: set[tuple[object, ...]] = set()
     for cell in cells:
-        key = _dedupe_key(ctx, grid, cell)
+        key = _dedupe_key(ctx, grids, cell)
         if key in seen:
             continue
         seen.add(key)
-        plans.append(
-            _make_plan(
-                ctx, grid, peak, cell, rank=len(plans) + 1, first=plans[0] if plans else None
-            )
-        )
+        first = plans[0] if plans else None
+        plans.append(_make_plan(ctx, grids[cell[0]], cell, rank=len(plans) + 1, first=first))
         if len(plans) >= limit:
             break
     return plans
 
 
-def _pareto(
-    ctx: Context, grid: Grid, peak: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]
-) -> list[Plan]:
-    workload = ctx.task.workload is not None
-    cost = grid.cost if workload else grid.plan_price
-    time = (
-        grid.hours
-        if workload
-        else 1.0 / np.maximum(peak[None], 1e-9) * np.ones_like(grid.plan_price)
-    )
-    rows = _cheapest_per_group(ctx, grid, ok)
-    cell_ok = (
-        ok[rows[:, 0], rows[:, 1]]
-        & np.isfinite(cost[rows[:, 0], rows[:, 1]])
-        & np.isfinite(time[rows[:, 0], rows[:, 1]])
-    )
-    r_idx, l_idx = np.nonzero(cell_ok)
-    p_idx, m_idx = rows[r_idx, 0], rows[r_idx, 1]
-    c, t = cost[p_idx, m_idx, l_idx], time[p_idx, m_idx, l_idx]
-    order = np.lexsort((c, t))  # stable: ties keep the (pricing, offer, option) order
-    c_sorted = c[order]
-    # on the front: strictly cheaper than everything at least as fast
-    cheapest_before = np.minimum.accumulate(np.concatenate(([np.inf], c_sorted[:-1])))
-    on_front = order[c_sorted < cheapest_before - 1e-9]
-    front = [(int(p_idx[o]), int(m_idx[o]), int(l_idx[o])) for o in on_front]
-    if len(front) > MAX_PARETO:  # keep the ends and an even spread between them
-        picks = np.unique(np.linspace(0, len(front) - 1, MAX_PARETO).round().astype(int))
-        front = [front[k] for k in picks]
-    plans = _build_plans(ctx, grid, peak, front, MAX_PARETO)
-    return [_renumber(p, k + 1) for k, p in enumerate(plans)]
-
-
-def _cheapest_per_group(ctx: Context, grid: Grid, ok: npt.NDArray[np.bool_]) -> np.ndarray:
-    """(pricing, offer) rows that can reach the Pareto front: per pricing, configuration and
-    interruption band (which fix the hours of every option), only the cheapest offer."""
-    band = ctx.offers.interruption_band.astype(np.int64) + 1
-    rows = []
-    for p, pricing in enumerate(grid.pricings):
-        price = grid.price_node[p]
-        usable = np.flatnonzero(ok[p].any(axis=1) & np.isfinite(price))
-        if usable.size == 0:
-            continue
-        group = ctx.config_of[usable].astype(np.int64) * 8
-        if pricing == "spot":
-            group = group + band[usable]
-        order = usable[np.lexsort((usable, price[usable], group))]
-        sorted_group = (ctx.config_of[order].astype(np.int64) * 8) + (
-            band[order] if pricing == "spot" else 0
-        )
-        first = np.concatenate(([True], sorted_group[1:] != sorted_group[:-1]))
-        rows.append(np.stack([np.full(int(first.sum()), p), order[first]], axis=1))
-    return np.concatenate(rows) if rows else np.zeros((0, 2), dtype=np.int64)
-
-
-def _renumber(plan: Plan, rank: int) -> Plan:
-    from dataclasses import replace
-
-    return replace(plan, rank=rank)
-
-
 def _make_plan(
-    ctx: Context,
-    grid: Grid,
-    peak: npt.NDArray[np.float64],
-    cell: tuple[int, int, int],
-    *,
-    rank: int,
-    first: Plan | None,
+    ctx: Context, grid: PricingGrid, cell: Cell, *, rank: int, first: Plan | None
 ) -> Plan:
-    p, i, opt = cell
+    _, i, opt = cell
     offers = ctx.offers
     sizing = ctx.sizings[int(ctx.config_of[i])]
-    nodes = int(grid.nodes[i, opt])
+    nodes = int(grid.nodes[grid.group[i], opt])
     gpus = int(offers.gpu_count[i]) * nodes
-    has_workload = ctx.task.workload is not None
-    hours, cost = grid.ranges(p, i, opt) if has_workload else (None, None)
+    hours, cost = grid.ranges(i, opt) if ctx.has_workload else (None, None)
     gpu_hours = Range(hours.low * gpus, hours.expected * gpus, hours.high * gpus) if hours else None
     band = int(offers.interruption_band[i])
-    zone = str(offers.zone[i]) or None
     plan = Plan(
         rank=rank,
         provider=str(offers.provider[i]),
         region=str(offers.region[i]),
-        zone=zone if grid.pricings[p] == "spot" else None,
+        zone=(str(offers.zone[i]) or None) if grid.pricing == "spot" else None,
         instance_type=str(offers.instance_type[i]),
         accelerator=str(offers.accelerator[i]),
         part=str(offers.part[i]),
         gpus_per_node=int(offers.gpu_count[i]),
         num_nodes=nodes,
-        pricing=grid.pricings[p],
-        price_per_hour=float(grid.plan_price[p, i, opt]),
+        pricing=grid.pricing,
+        price_per_hour=float(grid.price[i]) * nodes,
         est_hours=hours,
         est_cost=cost,
         gpu_hours=gpu_hours,
         launchable=str(offers.provider[i]) in ctx.launchable,
         reasons=(),
         gpu_memory_gb=float(offers.gpu_memory_gb[i]),
-        peak_tflops=float(peak[i, opt]),
+        peak_tflops=float(ctx.peak_node[i]) * nodes,
         interruption_band=band if band >= 0 else None,
         sharding=sizing.sharding[opt] if opt < len(sizing.sharding) else None,
         as_of=str(offers.as_of[i]),
         source=str(offers.source[i]),
     )
-    from dataclasses import replace
-
-    on_demand = float(offers.price_on_demand[i])
     notes = sizing.notes[opt] if opt < len(sizing.notes) else ()
-    return replace(
+    reasons = plan_reasons(
+        ctx.task,
+        ctx.objective,
         plan,
-        reasons=plan_reasons(
-            ctx.task, ctx.objective, plan, first, on_demand_node_price=on_demand, sizing_notes=notes
-        ),
+        first,
+        on_demand_node_price=float(offers.price_on_demand[i]),
+        sizing_notes=notes,
     )
+    return replace(plan, reasons=reasons)

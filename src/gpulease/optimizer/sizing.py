@@ -24,6 +24,8 @@ from gpulease.spec.models import Workload
 MAX_OPTIONS = 8
 #: Billed time before training starts (provision, image pull, setup, first data): low, exp, high.
 STARTUP_HOURS = (0.05, 0.15, 0.4)
+MIN_WORK_HOURS = 0.25  # shorter than this, more nodes only add start-up time and risk
+MIN_DOUBLING_GAIN = 0.15  # doubling the nodes must cut at least this share of the hours
 
 
 @dataclass(slots=True)
@@ -53,6 +55,14 @@ def node_options(min_nodes: int, fixed: int | None, max_nodes: int) -> list[int]
         options.append(n)
         n *= 2
     return options
+
+
+def _no_point_in_more_nodes(hours: npt.NDArray[np.float64], slot: int) -> bool:
+    """Doubling again is not worth pricing: the job already runs for less than a quarter of an
+    hour of work, or the last doubling cut less than :data:`MIN_DOUBLING_GAIN` of the time."""
+    if hours[slot] - STARTUP_HOURS[1] < MIN_WORK_HOURS:
+        return True
+    return slot > 0 and hours[slot] > (1 - MIN_DOUBLING_GAIN) * hours[slot - 1]
 
 
 def size_without_workload(fixed_nodes: int | None) -> ConfigSizing:
@@ -121,6 +131,8 @@ def size_training(
             est.hours.expected + STARTUP_HOURS[1],
             est.hours.high + STARTUP_HOURS[2],
         )
+        if _no_point_in_more_nodes(sizing.hours[:, 1], slot):
+            break
     if np.isnan(sizing.nodes).all():
         sizing.infeasible = f"model state does not fit {{gpus}} × {spec.part} per node"
     return sizing
