@@ -42,6 +42,7 @@ from gpulease.catalog._offers_csv import (  # noqa: E402
     write_atomic,
 )
 from gpulease.catalog._skypilot import convert_rows  # noqa: E402
+from gpulease.policy import EU_EEA_COUNTRIES as EU_EEA  # noqa: E402
 
 DATA = ROOT / "src" / "gpulease" / "catalog" / "data"
 SUPPLEMENTS = DATA / "upstream"
@@ -141,37 +142,6 @@ AWS_GPU_FAMILIES = (
     "p6-b200",
 )
 
-EU_EEA = {
-    "AT",
-    "BE",
-    "BG",
-    "HR",
-    "CY",
-    "CZ",
-    "DK",
-    "EE",
-    "FI",
-    "FR",
-    "DE",
-    "GR",
-    "IE",
-    "IT",
-    "LV",
-    "LT",
-    "LU",
-    "MT",
-    "NL",
-    "PL",
-    "PT",
-    "RO",
-    "SK",
-    "SI",
-    "ES",
-    "SE",
-    "IS",
-    "LI",
-    "NO",
-}
 _EUROPE = (
     "AT",
     "BE",

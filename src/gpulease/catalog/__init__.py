@@ -17,14 +17,9 @@ it. See ``docs/catalog.md``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gpulease.catalog._catalog import Catalog, GpuSummary
-from gpulease.catalog._refresh import (
-    cache_info,
-    cache_path,
-    clear_cache,
-    import_skypilot,
-    update_from_gpuhunt,
-)
 from gpulease.catalog._tables import RegionInfo
 from gpulease.catalog.types import (
     PRECISION_FALLBACKS,
@@ -33,6 +28,31 @@ from gpulease.catalog.types import (
     OfferTable,
     Precision,
 )
+
+if TYPE_CHECKING:
+    from gpulease.catalog._paths import cache_path
+    from gpulease.catalog._refresh import (
+        cache_info,
+        clear_cache,
+        import_skypilot,
+        update_from_gpuhunt,
+    )
+
+_REFRESH = {"cache_info", "cache_path", "clear_cache", "import_skypilot", "update_from_gpuhunt"}
+
+
+def __getattr__(name: str) -> Any:
+    """Refresh and import load on first use: planning never needs them."""
+    if name == "cache_path":
+        from gpulease.catalog._paths import cache_path
+
+        return cache_path
+    if name in _REFRESH:
+        from gpulease.catalog import _refresh
+
+        return getattr(_refresh, name)
+    raise AttributeError(f"module 'gpulease.catalog' has no attribute {name!r}")
+
 
 __all__ = [
     "PRECISION_FALLBACKS",

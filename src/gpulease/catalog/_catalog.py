@@ -88,7 +88,7 @@ class Catalog:
     def load(cls, *, bundled_only: bool = False) -> Catalog:
         """The refreshed cache when there is one (unless ``bundled_only``), else the snapshot."""
         if not bundled_only:
-            from gpulease.catalog._refresh import cache_path
+            from gpulease.catalog._paths import cache_path
 
             cache = cache_path()
             if cache.exists():
@@ -149,7 +149,7 @@ class Catalog:
     # -- where and when -------------------------------------------------------------------------
 
     def _newest_as_of(self) -> date:
-        dates = {str(d) for d in np.unique(self.offers.as_of)} - {""}
+        dates = set(self.offers.as_of.tolist()) - {""}  # (np.unique would load numpy.ma)
         if not dates:
             return date.min
         try:

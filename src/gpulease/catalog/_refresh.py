@@ -22,21 +22,11 @@ import numpy as np
 from gpulease.catalog import _catalog, _gpuhunt, _skypilot
 from gpulease.catalog._convert import Converted
 from gpulease.catalog._offers_csv import read_offers, table_from_rows, write_atomic, write_offers
+from gpulease.catalog._paths import cache_dir, cache_path
 from gpulease.catalog.types import OfferTable
-from gpulease.config import home
 from gpulease.errors import CatalogError
 
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """``<gpulease home>/catalog``."""
-    return home() / "catalog"
-
-
-def cache_path() -> Path:
-    """The refreshed offers file (it wins over the bundled snapshot when present)."""
-    return cache_dir() / "offers.csv"
 
 
 def meta_path() -> Path:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def console(stderr: bool = False) -> Console:
     """A Rich console; when output is not a terminal, wide enough for every table column."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 160
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)

@@ -79,7 +79,7 @@ def _count_reason(offers: OfferTable, removed: Mask, choices: Mapping[str, int |
     for name, count in choices.items():
         here = removed & (offers.accelerator == name)
         if count is not None and here.any():
-            have = examples(int(c) for c in np.unique(offers.gpu_count[here]))
+            have = examples(int(c) for c in set(offers.gpu_count[here].tolist()))
             parts.append(f"{name}:{count} asked, these nodes have {have}")
     return "GPUs per node differ from the request (" + "; ".join(parts) + ")"
 
@@ -128,6 +128,6 @@ def _host_minimum(
         ok,
         lambda m: (
             f"{field}: {wanted} {unit} asked per node; these have "
-            f"{examples(f'{v:g}' for v in np.unique(values[m]))}"
+            f"{examples(f'{v:g}' for v in set(values[m].tolist()))}"
         ),
     )

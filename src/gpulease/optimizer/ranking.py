@@ -116,7 +116,7 @@ def _explain_sizing(funnel: Funnel, ctx: Context) -> Mask:
     offer_code = config_code[ctx.config_of] if m else np.zeros(0, np.int64)
     for k, template in enumerate(templates):
         bad = offer_code == k
-        counts = sorted(int(c) for c in np.unique(ctx.offers.gpu_count[bad]))
+        counts = sorted({int(c) for c in ctx.offers.gpu_count[bad].tolist()})
         gpus = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "")
         _reject(funnel, ctx, bad, template.replace("{gpus}", gpus + str(counts[-1])))
     infeasible: Mask = offer_code >= 0
@@ -279,7 +279,7 @@ def _pareto(ctx: Context, grids: list[PricingGrid]) -> list[Plan]:
     cheapest_before = np.minimum.accumulate(np.concatenate(([np.inf], c_sorted[:-1])))
     front = [cells[o] for o in order[c_sorted < cheapest_before - 1e-9]]
     if len(front) > MAX_PARETO:  # keep the ends and an even spread between them
-        picks = np.unique(np.linspace(0, len(front) - 1, MAX_PARETO).round().astype(int))
+        picks = sorted(set(np.linspace(0, len(front) - 1, MAX_PARETO).round().astype(int).tolist()))
         front = [front[k] for k in picks]
     plans = _build_plans(ctx, grids, front, MAX_PARETO)
     return [replace(p, rank=k + 1) for k, p in enumerate(plans)]
