@@ -32,24 +32,35 @@ def _median_ms(fn: object, repeat: int) -> float:
 
 
 def in_process(repeat: int, offers: int) -> list[dict[str, object]]:
+    import numpy as np
+
     from gpulease.catalog import Catalog
     from gpulease.optimizer import plan_all
     from gpulease.spec import load_task
 
     bundled = Catalog.load(bundled_only=True)
     synthetic = Catalog.synthetic(offers, seed=0)
+
+    def cheapest_hourly(catalog: Catalog) -> int:
+        """The baseline: what a price-only picker does (cheapest on-demand offer, 1-hour job)."""
+        price = catalog.offers.price_on_demand / catalog.offers.gpu_count
+        return int(np.nanargmin(price))
+
     rows = []
     for name in EXAMPLES:
         task = load_task(ROOT / "examples" / f"{name}.yaml")
         for label, catalog in (("bundled", bundled), (f"synthetic {offers:,}", synthetic)):
             plan_all(task, catalog=catalog, config={})  # warm caches
             ms = _median_ms(lambda t=task, c=catalog: plan_all(t, catalog=c, config={}), repeat)
+            base = _median_ms(lambda c=catalog: cheapest_hourly(c), repeat)
             rows.append(
                 {
                     "example": name,
                     "catalog": label,
                     "offers": len(catalog.offers),
                     "median_ms": round(ms, 2),
+                    "baseline_ms": round(base, 3),
+                    "x_baseline": round(ms / base, 1),
                 }
             )
     return rows
@@ -83,9 +94,15 @@ def main() -> None:
     args = parser.parse_args()
     process = in_process(args.repeat, args.offers)
     cli = whole_cli(args.cli_repeat)
-    print("| example | catalog | offers | plan_all median (ms) |\n|---|---|---:|---:|")
+    print(
+        "| example | catalog | offers | plan_all median (ms) | cheapest-hourly baseline (ms) "
+        "| × baseline |\n|---|---|---:|---:|---:|---:|"
+    )
     for r in process:
-        print(f"| {r['example']} | {r['catalog']} | {r['offers']} | {r['median_ms']} |")
+        print(
+            f"| {r['example']} | {r['catalog']} | {r['offers']} | {r['median_ms']} | "
+            f"{r['baseline_ms']} | {r['x_baseline']} |"
+        )
     print("\n| command | median (ms) | × baseline |\n|---|---:|---:|")
     for r in cli:
         print(f"| `{r['command']}` | {r['median_ms']} | {r.get('x_baseline', 1.0)} |")
