@@ -1,15 +1,18 @@
-"""``gpulease gpus [NAME]``: accelerators and their cheapest offers, or every offer of one
-accelerator."""
+"""``gpulease gpus [NAME]``: every accelerator with its cheapest offers, or every offer of one
+accelerator (through :meth:`Catalog.gpu_summary` and :meth:`Catalog.query`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
 
 from gpulease.cli.output import console, print_json
 from gpulease.errors import UserInputError
+
+if TYPE_CHECKING:
+    from gpulease.catalog import Catalog, GpuSummary, Offer
 
 SORTS = ("price", "price-per-tflop")
 
@@ -20,9 +23,10 @@ def gpus(
         list[str] | None, typer.Option("--provider", "-p", help="Only this provider (repeatable).")
     ] = None,
     region: Annotated[
-        list[str] | None, typer.Option("--region", "-r", help="Only this region (repeatable).")
+        list[str] | None,
+        typer.Option("--region", "-r", help="Only this region or pattern, e.g. eu-* (repeatable)."),
     ] = None,
-    spot: Annotated[bool, typer.Option("--spot", help="Spot prices only.")] = False,
+    spot: Annotated[bool, typer.Option("--spot", help="Spot prices.")] = False,
     sort: Annotated[str, typer.Option("--sort", help="price or price-per-tflop.")] = "price",
     limit: Annotated[int, typer.Option("--limit", help="Rows to show with NAME.", min=1)] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -33,11 +37,14 @@ def gpus(
     if sort not in SORTS:
         raise UserInputError(f"--sort: {sort!r} is not one of {', '.join(SORTS)}")
     catalog = Catalog.load()
-    rows = offer_rows(catalog, name=name, providers=provider, regions=region, spot=spot)
-    key = "per_tflop" if sort == "price-per-tflop" else "price_per_gpu"
     if name is None:
-        rows = summarise(rows)
-    rows.sort(key=lambda r: (r[key] is None, r[key] or 0.0, r["accelerator"], r.get("region", "")))
+        rows = [_summary_row(catalog, s, spot) for s in catalog.gpu_summary(provider, region)]
+        rows = [r for r in rows if r["price_per_gpu"] is not None]
+    else:
+        offers = catalog.query(_canonical(name), provider, region, spot=spot)
+        rows = [_offer_row(catalog, o, spot) for o in offers]
+    key = "per_tflop" if sort == "price-per-tflop" else "price_per_gpu"
+    rows.sort(key=lambda r: (r[key] is None, r[key] or 0.0, r["accelerator"]))
     if name is not None:
         rows = rows[:limit]
     if as_json:
@@ -57,80 +64,55 @@ def _canonical(name: str) -> str:
         raise UserInputError(f"NAME: {exc}") from None
 
 
-def offer_rows(
-    catalog: Any,
-    *,
-    name: str | None,
-    providers: list[str] | None,
-    regions: list[str] | None,
-    spot: bool,
-) -> list[dict[str, Any]]:
-    """One dict per offer passing the filters, with per-GPU prices."""
-    offers = catalog.offers
-    mask = np.ones(len(offers), dtype=bool)
-    if name:
-        mask &= offers.accelerator == _canonical(name)
-    if providers:
-        mask &= np.isin(offers.provider, [p.lower() for p in providers])
-    if regions:
-        mask &= np.isin(offers.region, regions)
-    price = offers.price_spot if spot else offers.price_on_demand
-    mask &= np.isfinite(price)
-    rows = []
-    for i in np.flatnonzero(mask):
-        spec = catalog.spec_for(str(offers.part[i]))
-        count = int(offers.gpu_count[i])
-        per_gpu = float(price[i]) / count
-        peak = spec.peak_tflops("bf16")
-        rows.append(
-            {
-                "accelerator": str(offers.accelerator[i]),
-                "part": str(offers.part[i]),
-                "provider": str(offers.provider[i]),
-                "region": str(offers.region[i]),
-                "zone": str(offers.zone[i]) or None,
-                "instance_type": str(offers.instance_type[i]),
-                "gpus": count,
-                "gpu_memory_gb": float(offers.gpu_memory_gb[i]),
-                "pricing": "spot" if spot else "on_demand",
-                "price_per_hour": float(price[i]),
-                "price_per_gpu": round(per_gpu, 4),
-                "bf16_tflops": peak,
-                "per_tflop": round(per_gpu / peak, 6) if peak else None,
-            }
-        )
-    return rows
+def _per_tflop(price: float | None, tflops: float) -> float | None:
+    return round(price / tflops, 6) if price is not None and tflops > 0 else None
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per accelerator: its cheapest offer per GPU-hour and where offers exist."""
-    best: dict[str, dict[str, Any]] = {}
-    providers: dict[str, set[str]] = {}
-    for row in rows:
-        acc = row["accelerator"]
-        providers.setdefault(acc, set()).add(row["provider"])
-        if acc not in best or row["price_per_gpu"] < best[acc]["price_per_gpu"]:
-            best[acc] = row
-    return [
-        {
-            "accelerator": acc,
-            "gpu_memory_gb": row["gpu_memory_gb"],
-            "bf16_tflops": row["bf16_tflops"],
-            "price_per_gpu": row["price_per_gpu"],
-            "per_tflop": row["per_tflop"],
-            "cheapest_at": f"{row['provider']} {row['region']}",
-            "instance_type": row["instance_type"],
-            "providers": sorted(providers[acc]),
-        }
-        for acc, row in best.items()
-    ]
+def half_precision_tflops(catalog: Catalog, part: str) -> float:
+    """Dense 16-bit peak of a part: BF16, or FP16 where the part has no BF16 (V100, T4)."""
+    spec = catalog.spec_for(part)
+    return max(spec.peak_tflops("bf16"), spec.peak_tflops("fp16"))
+
+
+def _summary_row(catalog: Catalog, summary: GpuSummary, spot: bool) -> dict[str, Any]:
+    price = summary.spot_per_gpu_hour if spot else summary.on_demand_per_gpu_hour
+    offer = summary.spot_offer if spot else summary.on_demand_offer
+    tflops = half_precision_tflops(catalog, offer.part) if offer else 0.0
+    return {
+        "accelerator": summary.accelerator,
+        "parts": list(summary.parts),
+        "gpu_memory_gb": summary.memory_gb,
+        "tflops_16bit": tflops,
+        "price_per_gpu": round(price, 4) if price is not None else None,
+        "on_demand_per_gpu": summary.on_demand_per_gpu_hour,
+        "spot_per_gpu": summary.spot_per_gpu_hour,
+        "per_tflop": _per_tflop(price, tflops),
+        "cheapest_at": f"{offer.provider} {offer.region}" if offer else None,
+        "instance_type": offer.instance_type if offer else None,
+        "providers": list(summary.providers),
+        "offers": summary.offers,
+    }
+
+
+def _offer_row(catalog: Catalog, offer: Offer, spot: bool) -> dict[str, Any]:
+    price = offer.price_spot if spot else offer.price_on_demand
+    per_gpu = price / offer.gpu_count if price is not None else None
+    tflops = half_precision_tflops(catalog, offer.part)
+    return {
+        **asdict(offer),
+        "pricing": "spot" if spot else "on_demand",
+        "price_per_hour": price,
+        "price_per_gpu": round(per_gpu, 4) if per_gpu is not None else None,
+        "tflops_16bit": tflops,
+        "per_tflop": _per_tflop(per_gpu, tflops),
+        "gpus": offer.gpu_count,
+    }
 
 
 def _render(rows: list[dict[str, Any]], *, detailed: bool, spot: bool) -> None:
     from rich.table import Table
 
-    kind = "spot" if spot else "on-demand"
-    table = Table(title=f"GPUs ({kind} prices)", title_justify="left")
+    table = Table(title=f"GPUs ({'spot' if spot else 'on-demand'} prices)", title_justify="left")
     if detailed:
         for col in (
             "provider",
@@ -159,21 +141,23 @@ def _render(rows: list[dict[str, Any]], *, detailed: bool, spot: bool) -> None:
         for col in (
             "GPU",
             "GB",
-            "BF16 TFLOPS",
+            "16-bit TFLOPS",
             "from $/GPU-h",
             "$/PFLOP-h",
             "cheapest at",
             "providers",
         ):
-            table.add_column(col, justify="right" if col[0] in "G$Bf" and col != "GPU" else "left")
+            table.add_column(
+                col, justify="left" if col in {"GPU", "cheapest at", "providers"} else "right"
+            )
         for r in rows:
             table.add_row(
                 r["accelerator"],
                 f"{r['gpu_memory_gb']:g}",
-                f"{r['bf16_tflops']:g}",
+                f"{r['tflops_16bit']:g}",
                 f"{r['price_per_gpu']:.2f}",
                 _per_pflop(r["per_tflop"]),
-                r["cheapest_at"],
+                r["cheapest_at"] or "—",
                 ", ".join(r["providers"]),
             )
     console().print(table)

@@ -1,0 +1,51 @@
+"""The SDK surface: `import gpulease` is light, its `__all__` is curated, and the documented calls
+work end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gpulease
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune-7b.yaml"
+
+
+def test_public_surface_is_curated() -> None:
+    assert sorted(gpulease.__all__) == [
+        "Catalog",
+        "Plan",
+        "PlanResult",
+        "Task",
+        "__version__",
+        "load_task",
+        "plan",
+        "plan_all",
+    ]
+    for name in gpulease.__all__:
+        assert getattr(gpulease, name) is not None
+
+
+def test_import_gpulease_loads_nothing_heavy() -> None:
+    code = (
+        "import sys, gpulease; print(sorted(m for m in ('numpy', 'pydantic', 'typer', 'rich') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_plan_returns_ranked_plans() -> None:
+    task = gpulease.load_task(EXAMPLE)
+    plans = gpulease.plan(task, config={})
+    assert plans and isinstance(plans[0], gpulease.Plan)
+    assert [p.rank for p in plans] == list(range(1, len(plans) + 1))
+    result = gpulease.plan_all(task, objective="fastest", top=3, config={})
+    assert isinstance(result, gpulease.PlanResult) and len(result.plans) <= 3
+
+
+def test_catalog_is_reachable_from_the_sdk() -> None:
+    catalog = gpulease.Catalog.load(bundled_only=True)
+    assert len(catalog.offers) > 300
+    assert catalog.spec_for("H100-SXM").peak_tflops("bf16") > 900
