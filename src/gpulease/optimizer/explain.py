@@ -45,11 +45,16 @@ def _position(task: Task, objective: Objective, plan: Plan, first: Plan | None) 
         speed = (
             f"{abs(dt):.1f} h {'slower' if dt > 0 else 'faster'}"
             if abs(dt) >= 0.05
-            else "same time"
+            else ("same time")
         )
-        return f"${extra:+,.0f} ({pct:+.0f}%) vs #1, {speed}"
+        money = "same cost" if abs(extra) < 0.5 else f"{_signed_money(extra)} ({pct:+.0f}%)"
+        return f"{money} vs #1, {speed}"
     extra = plan.price_per_hour - first.price_per_hour
-    return f"${extra:+.2f}/h vs #1"
+    return f"{_signed_money(extra, 2)}/h vs #1"
+
+
+def _signed_money(value: float, digits: int = 0) -> str:
+    return f"{'+' if value >= 0 else '-'}${abs(value):,.{digits}f}"
 
 
 def _why_first(task: Task, objective: Objective) -> str:
