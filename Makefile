@@ -17,8 +17,8 @@ demo: $(STAMP)
 	$(BIN)/gpulease plan examples/finetune-7b.yaml
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts examples
+	$(BIN)/ruff format --check src tests benchmarks scripts examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

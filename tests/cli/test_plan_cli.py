@@ -9,7 +9,10 @@ import pytest
 
 from tests.cli.conftest import ROOT, Cli
 
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
+# the planning examples (the launch examples target the local provider, which has no catalog offers)
+EXAMPLES = sorted(
+    p.name for p in (ROOT / "examples").glob("*.yaml") if "workload:" in p.read_text()
+)
 PLAN_KEYS = {
     "provider",
     "region",

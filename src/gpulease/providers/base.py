@@ -1,0 +1,160 @@
+"""The Provider interface: what every place that can run nodes (local, sim, aws, slurm) offers.
+
+CONTRACT (used by the controller, the CLI and the conformance suite — keep names stable)::
+
+    provider.launch(request)       -> list[Instance]   one per node; idempotent by request_id
+    provider.terminate(ids)        -> None             returns once accepted; a missing id is a no-op
+    provider.list_instances(tags)  -> list[Instance]   every instance whose tags include ``tags``
+    provider.poll_events()         -> list[ProviderEvent]   preemption notices, capacity errors,
+                                                            state changes — as data, never raised
+
+Rules (DESIGN.md): every instance carries the request's tags (``gpulease-cluster``,
+``gpulease-owner``, ``gpulease-request``); ``terminate`` never claims success for the caller —
+confirmation comes from a later ``list_instances`` that no longer shows the instance (or shows it
+TERMINATED); launch errors are typed (:class:`CapacityError` → try elsewhere, :class:`QuotaError`,
+:class:`ProviderUnavailable` → retry later). Optional capabilities are mixins checked with
+``isinstance`` (:class:`SupportsStopStart`, :class:`SupportsSpot`, :class:`SupportsMultiNode`).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulease.errors import Permanent, Retryable
+
+TAG_CLUSTER = "gpulease-cluster"
+TAG_OWNER = "gpulease-owner"
+TAG_REQUEST = "gpulease-request"
+TAG_NODE_RANK = "gpulease-node-rank"
+
+
+class InstanceState(enum.StrEnum):
+    PENDING = "pending"  # accepted, not running yet (provisioning)
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"  # gone (the provider confirms)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What to start. ``request_id`` makes ``launch`` idempotent: the same id never starts more
+    nodes; a repeat returns the instances the first call started."""
+
+    request_id: str
+    cluster: str
+    owner: str
+    num_nodes: int = 1
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    accelerator: str | None = None
+    gpus_per_node: int = 0
+    spot: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+    provider_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def all_tags(self) -> dict[str, str]:
+        return {**self.tags, TAG_CLUSTER: self.cluster, TAG_OWNER: self.owner,
+                TAG_REQUEST: self.request_id}
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One node as the provider sees it. ``agent_url`` is where the node's agent listens (local
+    and sim: a loopback URL; cloud VMs: reached through an SSH tunnel) — None until known."""
+
+    id: str
+    provider: str
+    state: InstanceState
+    tags: Mapping[str, str]
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    node_rank: int = 0
+    private_ip: str | None = None
+    agent_url: str | None = None
+    spot: bool = False
+    price_per_hour: float | None = None
+    launched_at: float | None = None
+
+
+class EventKind(enum.StrEnum):
+    PREEMPTION_NOTICE = "preemption_notice"  # the instance will be taken soon
+    PREEMPTED = "preempted"  # the instance was taken
+    CAPACITY_ERROR = "capacity_error"  # a launch found no capacity (region/zone in detail)
+    STATE_CHANGE = "state_change"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    kind: EventKind
+    at: float  # the provider's clock
+    instance_id: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    detail: str = ""
+
+
+class ProviderError(Permanent):
+    """A provider refused for good (bad request, unknown instance type, auth)."""
+
+
+class CapacityError(Retryable):
+    """No capacity where asked: try another zone / region / provider (failover)."""
+
+    def __init__(self, message: str, *, region: str | None = None, zone: str | None = None,
+                 delay: float = 0.0) -> None:
+        super().__init__(message, delay=delay)
+        self.region = region
+        self.zone = zone
+
+
+class QuotaError(Permanent):
+    """The account's quota forbids this launch here; failover may still find room elsewhere."""
+
+
+class ProviderUnavailable(Retryable):
+    """The provider did not answer (throttling, outage): retry later with backoff."""
+
+
+class Provider(ABC):
+    """Synchronous and typed; every call returns quickly (no waiting for boot)."""
+
+    name: str
+
+    @abstractmethod
+    def launch(self, request: LaunchRequest) -> list[Instance]: ...
+
+    @abstractmethod
+    def terminate(self, instance_ids: list[str]) -> None: ...
+
+    @abstractmethod
+    def list_instances(self, tags: Mapping[str, str]) -> list[Instance]: ...
+
+    @abstractmethod
+    def poll_events(self) -> list[ProviderEvent]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the provider object holds (not the instances)."""
+
+
+class SupportsStopStart(ABC):
+    @abstractmethod
+    def stop(self, instance_ids: list[str]) -> None: ...
+
+    @abstractmethod
+    def start(self, instance_ids: list[str]) -> None: ...
+
+
+class SupportsSpot(ABC):
+    """Launches honour ``LaunchRequest.spot`` and preemptions come back as events."""
+
+
+class SupportsMultiNode(ABC):
+    """``num_nodes > 1`` is placed so the nodes reach each other (same network)."""
