@@ -94,3 +94,12 @@ def test_age_days_counts_from_the_newest_as_of(catalog: Catalog) -> None:
     assert catalog.age_days(today=date(2026, 11, 30)) == 0
     assert catalog.age_days(today=date(2027, 1, 29)) == 60
     assert catalog.age_days() == (date.today() - catalog.as_of).days
+
+
+def test_with_offers_adds_run_time_offers_without_touching_the_original() -> None:
+    base = Catalog.load(bundled_only=True)
+    extra = base.offers.take(np.array([0, 1]))
+    merged = base.with_offers(extra, label="local")
+    assert len(merged.offers) == len(base.offers) + 2
+    assert merged.source == "bundled+local" and len(base.offers) == len(merged.offers) - 2
+    assert base.with_offers(base.offers.take(np.array([], dtype=np.int64)), label="x") is base

@@ -123,6 +123,14 @@ class Catalog:
         table = synthetic_table(base.offers, n_offers, seed)
         return cls(table, dict(base.accelerators), source=f"synthetic(n={n_offers}, seed={seed})")
 
+    def with_offers(self, extra: OfferTable, *, label: str) -> Catalog:
+        """This catalog plus ``extra`` offers (e.g. the local provider's nodes, built at run time
+        by the provider); ``label`` names them in :attr:`source`."""
+        if len(extra) == 0:
+            return self
+        merged = OfferTable.concat([self.offers, extra])
+        return Catalog(merged, dict(self.accelerators), source=f"{self.source}+{label}")
+
     # -- specs ----------------------------------------------------------------------------------
 
     def spec_for(self, part: str) -> AcceleratorSpec:
