@@ -1,0 +1,138 @@
+"""gpulease.state: the state DB — the desired state the reconcile loops drive toward.
+
+SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` says so. Modules
+(private unless re-exported here):
+
+- ``machines``    status enums, transition tables, transient timeouts (pure)
+- ``models``      the tables (SQLAlchemy 2, typed)
+- ``db``          URL, engine, ``session_scope``, ``open_database``
+- ``migrate``     alembic migrations run programmatically (``migrations/``)
+- ``status``      ``set_status``: table-checked compare-and-set with history; timeouts
+- ``claims``      reconcile claims (lock token + expiry) on cluster rows
+- ``repository``  clusters, launch intents, failover, the server's owner id
+- ``nodes``       node rows, agent tokens, heartbeats
+- ``intents``     ``submit_intent``: intent committed before the side effect
+- ``tokens``      random tokens stored as sha256 hashes
+
+See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config` and
+:mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and pydantic.
+"""
+
+from gpulease.state.claims import Claim, claim, claim_next, release, renew
+from gpulease.state.db import (
+    DatabaseBusy,
+    database_url,
+    make_engine,
+    open_database,
+    session_scope,
+)
+from gpulease.state.intents import IntentClosed, IntentView, submit_intent
+from gpulease.state.machines import (
+    FINAL,
+    INITIAL,
+    TRANSIENT_TIMEOUTS,
+    TRANSITIONS,
+    ClusterStatus,
+    IntentStatus,
+    InvalidTransition,
+    NodeState,
+    Status,
+    Timeout,
+)
+from gpulease.state.migrate import current_revision, head_revision, upgrade
+from gpulease.state.models import (
+    Base,
+    Cluster,
+    LaunchIntent,
+    Node,
+    ServerIdentity,
+    StatusChange,
+)
+from gpulease.state.nodes import (
+    ensure_node,
+    issue_agent_token,
+    list_nodes,
+    record_exit_code,
+    record_heartbeat,
+    record_missed_heartbeat,
+)
+from gpulease.state.repository import (
+    ClusterExists,
+    LaunchTarget,
+    append_failover,
+    create_cluster,
+    current_target,
+    fail_over,
+    get_cluster,
+    get_cluster_by_name,
+    get_intent,
+    list_clusters,
+    new_request_id,
+    open_intents,
+    record_activity,
+    server_owner_id,
+)
+from gpulease.state.status import history, list_timed_out, set_status, timed_out
+from gpulease.state.tokens import hash_token, new_token, verify_token
+
+__all__ = [
+    "FINAL",
+    "INITIAL",
+    "TRANSIENT_TIMEOUTS",
+    "TRANSITIONS",
+    "Base",
+    "Claim",
+    "Cluster",
+    "ClusterExists",
+    "ClusterStatus",
+    "DatabaseBusy",
+    "IntentClosed",
+    "IntentStatus",
+    "IntentView",
+    "InvalidTransition",
+    "LaunchIntent",
+    "LaunchTarget",
+    "Node",
+    "NodeState",
+    "ServerIdentity",
+    "Status",
+    "StatusChange",
+    "Timeout",
+    "append_failover",
+    "claim",
+    "claim_next",
+    "create_cluster",
+    "current_revision",
+    "current_target",
+    "database_url",
+    "ensure_node",
+    "fail_over",
+    "get_cluster",
+    "get_cluster_by_name",
+    "get_intent",
+    "hash_token",
+    "head_revision",
+    "history",
+    "issue_agent_token",
+    "list_clusters",
+    "list_nodes",
+    "list_timed_out",
+    "make_engine",
+    "new_request_id",
+    "new_token",
+    "open_database",
+    "open_intents",
+    "record_activity",
+    "record_exit_code",
+    "record_heartbeat",
+    "record_missed_heartbeat",
+    "release",
+    "renew",
+    "server_owner_id",
+    "session_scope",
+    "set_status",
+    "submit_intent",
+    "timed_out",
+    "upgrade",
+    "verify_token",
+]

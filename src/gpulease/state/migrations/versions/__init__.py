@@ -1,0 +1,1 @@
+"""Alembic revisions of the state DB, oldest first (``0001_…``)."""
