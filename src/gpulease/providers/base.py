@@ -3,7 +3,7 @@
 CONTRACT (used by the controller, the CLI and the conformance suite — keep names stable)::
 
     provider.launch(request)       -> list[Instance]   one per node; idempotent by request_id
-    provider.terminate(ids)        -> None             returns once accepted; a missing id is a no-op
+    provider.terminate(ids)        -> None             returns once accepted; missing ids: a no-op
     provider.list_instances(tags)  -> list[Instance]   every instance whose tags include ``tags``
     provider.poll_events()         -> list[ProviderEvent]   preemption notices, capacity errors,
                                                             state changes — as data, never raised
@@ -13,7 +13,8 @@ Rules (DESIGN.md): every instance carries the request's tags (``gpulease-cluster
 confirmation comes from a later ``list_instances`` that no longer shows the instance (or shows it
 TERMINATED); launch errors are typed (:class:`CapacityError` → try elsewhere, :class:`QuotaError`,
 :class:`ProviderUnavailable` → retry later). Optional capabilities are mixins checked with
-``isinstance`` (:class:`SupportsStopStart`, :class:`SupportsSpot`, :class:`SupportsMultiNode`).
+``isinstance`` (:class:`SupportsStopStart`, :class:`SupportsSpot`, :class:`SupportsMultiNode`,
+:class:`SupportsNodeToken`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import SecretStr
 
 from gpulease.errors import Permanent, Retryable
 
@@ -60,8 +63,12 @@ class LaunchRequest:
     provider_config: Mapping[str, Any] = field(default_factory=dict)
 
     def all_tags(self) -> dict[str, str]:
-        return {**self.tags, TAG_CLUSTER: self.cluster, TAG_OWNER: self.owner,
-                TAG_REQUEST: self.request_id}
+        return {
+            **self.tags,
+            TAG_CLUSTER: self.cluster,
+            TAG_OWNER: self.owner,
+            TAG_REQUEST: self.request_id,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +115,14 @@ class ProviderError(Permanent):
 class CapacityError(Retryable):
     """No capacity where asked: try another zone / region / provider (failover)."""
 
-    def __init__(self, message: str, *, region: str | None = None, zone: str | None = None,
-                 delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        region: str | None = None,
+        zone: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
         super().__init__(message, delay=delay)
         self.region = region
         self.zone = zone
@@ -152,9 +165,17 @@ class SupportsStopStart(ABC):
     def start(self, instance_ids: list[str]) -> None: ...
 
 
-class SupportsSpot(ABC):
+class SupportsSpot(ABC):  # noqa: B024 - a marker: the capability has no methods of its own
     """Launches honour ``LaunchRequest.spot`` and preemptions come back as events."""
 
 
-class SupportsMultiNode(ABC):
+class SupportsMultiNode(ABC):  # noqa: B024 - a marker, like SupportsSpot
     """``num_nodes > 1`` is placed so the nodes reach each other (same network)."""
+
+
+class SupportsNodeToken(ABC):
+    """The provider created each node's agent token and hands it to the server (local: a file
+    next to the node; cloud VMs: the server makes the token and passes it in user-data)."""
+
+    @abstractmethod
+    def node_token(self, instance_id: str) -> SecretStr: ...

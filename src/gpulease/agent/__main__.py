@@ -1,0 +1,95 @@
+"""``python -m gpulease.agent serve …``: parse arguments, bind, write the port file, serve until
+SIGTERM, SIGINT or ``POST /v1/shutdown``; write the heartbeat file meanwhile.
+
+Start-up is kept light (argparse and the stdlib HTTP server): the agent answers within a few
+hundred milliseconds of its start (see ``docs/agent.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import stat
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from gpulease.agent.http import AgentHTTPServer
+from gpulease.agent.service import Agent
+
+log = logging.getLogger("gpulease.agent")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gpulease.agent")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the agent API on this node")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (only this one)")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument("--port-file", type=Path, help="write the bound port here")
+    serve.add_argument("--token-file", type=Path, required=True, help="the node's bearer token")
+    serve.add_argument("--node-dir", type=Path, required=True, help="the node's directory")
+    serve.add_argument("--node-rank", type=int, default=None)
+    serve.add_argument("--heartbeat-interval", type=float, default=2.0, help="seconds")
+    serve.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def read_token(path: Path) -> bytes:
+    """The token file's content, stripped; a warning when others may read the file."""
+    token = path.read_bytes().strip()
+    if not token:
+        raise SystemExit(f"agent: the token file {path} is empty")
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("the token file %s is readable by others; chmod 600 it", path)
+    return token
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{port}\n", encoding="ascii")
+    os.replace(tmp, path)
+
+
+def serve(args: argparse.Namespace) -> int:
+    token = read_token(args.token_file)
+    agent = Agent(args.node_dir, node_rank=args.node_rank)
+    server = AgentHTTPServer((args.host, args.port), agent, token)
+    port = server.server_address[1]
+    if args.port_file:
+        _write_port_file(args.port_file, port)
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        agent.stopping.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    threading.Thread(target=server.serve_forever, args=(0.1,), name="http", daemon=True).start()
+    log.info("agent listening on %s:%d, node dir %s", args.host, port, args.node_dir)
+    try:
+        agent.write_heartbeat()
+        while not agent.stopping.wait(args.heartbeat_interval):
+            agent.write_heartbeat()
+    finally:
+        server.shutdown()
+        server.server_close()
+        log.info("agent stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The server's side of the agent API: a small typed client over httpx.
+
+Errors, classified by status code (never by message text)::
+
+    GpuleaseError
+    ├── Permanent
+    │   └── AgentRequestError      the agent refused the request (4xx); ``status``, ``code``
+    │       └── AgentUnauthorized  401: wrong or missing token
+    └── Retryable
+        └── AgentUnavailable       no answer (connection refused, timeout) or a 5xx
+
+The token is held as a :class:`pydantic.SecretStr` and only ever put in the Authorization
+header.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from gpulease.agent.api import TaskSubmission
+from gpulease.errors import Permanent, Retryable
+
+
+class AgentRequestError(Permanent):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"agent refused ({status} {code}): {message}")
+        self.status = status
+        self.code = code
+
+
+class AgentUnauthorized(AgentRequestError):
+    pass
+
+
+class AgentUnavailable(Retryable):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    complete: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecOutput:
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    truncated: bool
+
+
+class AgentClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: SecretStr | str,
+        *,
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        secret = token if isinstance(token, SecretStr) else SecretStr(token)
+        self._http = httpx.Client(
+            base_url=base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {secret.get_secret_value()}"},
+        )
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def health(self) -> dict[str, Any]:
+        return self._json("GET", "/v1/health")
+
+    def submit(self, submission: TaskSubmission) -> dict[str, Any]:
+        body = submission.model_dump(mode="json")
+        return self._json("POST", "/v1/tasks", json=body)
+
+    def status(self, task_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/tasks/{task_id}")
+
+    def tasks(self) -> list[dict[str, Any]]:
+        tasks: list[dict[str, Any]] = self._json("GET", "/v1/tasks")["tasks"]
+        return tasks
+
+    def logs(self, task_id: str, offset: int = 0, limit: int | None = None) -> LogChunk:
+        params = {"offset": offset} if limit is None else {"offset": offset, "limit": limit}
+        response = self._request("GET", f"/v1/tasks/{task_id}/logs", params=params)
+        headers = response.headers
+        return LogChunk(
+            data=response.content,
+            next_offset=int(headers["X-Gpulease-Next-Offset"]),
+            complete=headers["X-Gpulease-Log-Complete"] == "true",
+            state=headers["X-Gpulease-Task-State"],
+        )
+
+    def preempt(self, task_id: str, grace_s: float = 30.0) -> dict[str, Any]:
+        return self._json("POST", f"/v1/tasks/{task_id}/preempt", json={"grace_s": grace_s})
+
+    def cancel(self, task_id: str, grace_s: float = 10.0) -> dict[str, Any]:
+        return self._json("POST", f"/v1/tasks/{task_id}/cancel", json={"grace_s": grace_s})
+
+    def exec(self, task_id: str, command: str, timeout_s: float = 30.0) -> ExecOutput:
+        body = {"command": command, "timeout_s": timeout_s}
+        data = self._json("POST", f"/v1/tasks/{task_id}/exec", json=body, extra=timeout_s)
+        return ExecOutput(**data)
+
+    def shutdown(self, *, cancel_task: bool = False, grace_s: float = 10.0) -> None:
+        self._json("POST", "/v1/shutdown", json={"cancel_task": cancel_task, "grace_s": grace_s})
+
+    def _json(self, method: str, path: str, *, extra: float = 0.0, **kw: Any) -> dict[str, Any]:
+        data: dict[str, Any] = self._request(method, path, extra=extra, **kw).json()
+        return data
+
+    def _request(self, method: str, path: str, *, extra: float = 0.0, **kw: Any) -> httpx.Response:
+        """Send; ``extra`` seconds are added to the read timeout (exec waits for its command)."""
+        if extra:
+            kw["timeout"] = httpx.Timeout((self._http.timeout.read or 5.0) + extra)
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.TransportError as exc:
+            url = self._http.base_url
+            raise AgentUnavailable(f"agent at {url} did not answer: {exc}") from None
+        if response.status_code >= 500:
+            raise AgentUnavailable(f"agent error {response.status_code}")
+        if response.status_code >= 400:
+            raise _refusal(response)
+        return response
+
+
+def _refusal(response: httpx.Response) -> AgentRequestError:
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "unknown", response.text[:200]
+    cls = AgentUnauthorized if response.status_code == 401 else AgentRequestError
+    return cls(response.status_code, code, message)

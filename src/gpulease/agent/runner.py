@@ -1,0 +1,256 @@
+"""Drives one task through its phases on a thread: file sync, ``setup``, ``run``; and delivers
+stop requests (preemption notice, cancel) to the running phase's process group.
+
+States moved (see :mod:`gpulease.agent.state`): PENDING → SETTING_UP (files or a setup script)
+→ RUNNING → SUCCEEDED | FAILED | PREEMPTED | CANCELLED. How a phase's end maps to a state:
+
+- a cancel was requested → CANCELLED (whatever the exit code);
+- exit 0 → the next phase, or SUCCEEDED after ``run`` (even after a preemption notice);
+- a preemption notice was delivered, or exit 75 → PREEMPTED;
+- anything else → FAILED (the exit code, and the signal when one killed the job).
+
+A runner started for a record loaded from disk (the agent restarted) resumes: it adopts a phase
+whose process group still lives, reads the exit file of one that ended, and runs what is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpulease.agent import files, jobproc
+from gpulease.agent.state import PREEMPTED_EXIT_CODE, TaskRecord, TaskState, set_state
+from gpulease.clock import Clock
+
+log = logging.getLogger("gpulease.agent")
+
+ADOPT_POLL_S = 0.2  # how often an adopted phase (no longer our child) is checked
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPaths:
+    task_dir: Path
+    work_dir: Path
+    checkpoint_dir: Path
+
+    @property
+    def record(self) -> Path:
+        return self.task_dir / "task.json"
+
+    @property
+    def log(self) -> Path:
+        return self.task_dir / "task.log"
+
+    @property
+    def preemption_file(self) -> Path:
+        return self.task_dir / "preempted"
+
+    def exit_file(self, attempt: int, phase: str) -> Path:
+        return self.task_dir / f"{attempt}.{phase}.exit"
+
+
+class TaskRunner:
+    """Owns one :class:`TaskRecord`; every change is saved through ``persist`` under ``lock``."""
+
+    def __init__(
+        self,
+        record: TaskRecord,
+        paths: TaskPaths,
+        env: dict[str, str],
+        *,
+        clock: Clock,
+        persist: Callable[[TaskRecord], None],
+        stopping: threading.Event,
+    ) -> None:
+        self.record = record
+        self.paths = paths
+        self.env = env
+        self.lock = threading.RLock()
+        self._clock = clock
+        self._persist = persist
+        self._stopping = stopping  # the agent is shutting down
+        self._thread = threading.Thread(target=self._main, name=f"task-{record.task_id}")
+        self._thread.daemon = True
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    # ---- stop requests (called from HTTP threads) -------------------------------------------
+
+    def request_stop(self, kind: str, grace_s: float) -> None:
+        """Preempt (touch the preemption file first) or cancel: SIGTERM the running phase's
+        group now, SIGKILL it after ``grace_s``. A cancel overrides an earlier preemption."""
+        with self.lock:
+            rec = self.record
+            if rec.state.terminal or rec.stop == "cancel":
+                return
+            rec.stop, rec.stop_grace_s = kind, grace_s
+            if kind == "preempt":
+                self.paths.preemption_file.touch()
+            self._persist(rec)
+            pgid = rec.pgid
+        log.info("task %s: %s requested (grace %.1f s)", rec.task_id, kind, grace_s)
+        if pgid is not None:
+            self._terminate_group(pgid, grace_s)
+
+    def _terminate_group(self, pgid: int, grace_s: float) -> None:
+        jobproc.signal_group(pgid, signal.SIGTERM)
+        timer = threading.Timer(grace_s, self._kill_if_current, args=(pgid,))
+        timer.daemon = True
+        timer.start()
+
+    def _kill_if_current(self, pgid: int) -> None:
+        with self.lock:
+            if self.record.pgid == pgid and jobproc.signal_group(pgid, signal.SIGKILL):
+                log.info("task %s: grace over, SIGKILL sent", self.record.task_id)
+
+    # ---- the thread -------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._drive()
+        except Exception as exc:  # the runner must always leave a final state behind
+            log.exception("task %s: runner failed", self.record.task_id)
+            with self.lock:
+                if not self.record.state.terminal:
+                    self._end(TaskState.FAILED, f"agent error: {type(exc).__name__}: {exc}")
+
+    def _drive(self) -> None:
+        rec = self.record
+        syncing = rec.state is TaskState.SETTING_UP and rec.phase is None  # restarted mid-sync
+        if (rec.state is TaskState.PENDING or syncing) and not self._prepare():
+            return
+        for phase in ("setup", "run"):
+            if phase in rec.phases_done or (phase == "setup" and not rec.submission.setup):
+                continue
+            if phase == "run" and not self._enter_running():
+                return
+            outcome = self._run_phase(phase)
+            if outcome is None:
+                return
+            if self._ended(phase, *outcome):
+                return
+        with self.lock:
+            self._end(TaskState.SUCCEEDED, "")
+
+    def _prepare(self) -> bool:
+        """Sync files (SETTING_UP when there is anything to set up); False when the task
+        ended."""
+        sub = self.record.submission
+        needs_setup = bool(sub.setup or sub.workdir or sub.file_mounts)
+        with self.lock:
+            if self._stopped_before_start():
+                return False
+            if self.record.state is TaskState.PENDING:
+                state = TaskState.SETTING_UP if needs_setup else TaskState.RUNNING
+                set_state(self.record, state, self._clock.now())
+                self._persist(self.record)
+        try:
+            if sub.workdir:
+                files.sync_workdir(sub.workdir, self.paths.work_dir)
+            files.apply_file_mounts(sub.file_mounts, self.paths.work_dir, self.env.get("HOME"))
+        except files.FileSyncError as exc:
+            with self.lock:
+                self._end(TaskState.FAILED, str(exc))
+            return False
+        return True
+
+    def _enter_running(self) -> bool:
+        with self.lock:
+            if self._stopped_before_start():
+                return False
+            if self.record.state is TaskState.SETTING_UP:
+                set_state(self.record, TaskState.RUNNING, self._clock.now())
+                self._persist(self.record)
+        return True
+
+    def _stopped_before_start(self) -> bool:
+        rec = self.record
+        if rec.stop is None:
+            return False
+        state = TaskState.CANCELLED if rec.stop == "cancel" else TaskState.PREEMPTED
+        self._end(state, f"{rec.stop} requested before the job started")
+        return True
+
+    def _run_phase(self, phase: str) -> tuple[int | None, str | None] | None:
+        """Start (or adopt) ``phase`` and wait for it: (exit code, signal); the code is None
+        when it was lost. None when there is nothing more to do: a stop came before the start
+        (the task has ended), or the agent is shutting down (a restarted agent resumes)."""
+        rec = self.record
+        exit_path = self.paths.exit_file(rec.submission.attempt, phase)
+        proc: subprocess.Popen[bytes] | None = None
+        with self.lock:
+            if rec.phase == phase and rec.pgid is not None:
+                pgid = rec.pgid  # a restarted agent: the phase may still run
+                if rec.stop:
+                    self._terminate_group(pgid, rec.stop_grace_s)
+            else:
+                if self._stopped_before_start():  # checked under the lock the stop takes
+                    return None
+                script = rec.submission.setup if phase == "setup" else rec.submission.run
+                proc = jobproc.spawn_phase(
+                    script or "",
+                    cwd=self.paths.work_dir,
+                    env=self.env,
+                    log_path=self.paths.log,
+                    exit_path=exit_path,
+                )
+                rec.phase, rec.pgid, pgid = phase, proc.pid, proc.pid
+                self._persist(rec)
+        log.info("task %s: %s started (pgid %d)", rec.task_id, phase, pgid)
+        returncode = self._wait(proc, pgid, exit_path)
+        if returncode is None and self._stopping.is_set():
+            return None
+        jobproc.signal_group(pgid, signal.SIGKILL)  # whatever the phase left behind
+        with self.lock:
+            rec.phases_done.append(phase)
+            rec.pgid = None
+            self._persist(rec)
+        if returncode is None:
+            return None, None
+        return jobproc.describe_exit(returncode)
+
+    def _wait(self, proc: subprocess.Popen[bytes] | None, pgid: int, exit_path: Path) -> int | None:
+        if proc is not None:
+            proc.wait()
+            recorded = jobproc.read_exit_file(exit_path)
+            return recorded if recorded is not None else proc.returncode
+        while not exit_path.exists() and jobproc.group_alive(pgid):
+            if self._stopping.wait(ADOPT_POLL_S):
+                return None
+        return jobproc.read_exit_file(exit_path)
+
+    def _ended(self, phase: str, code: int | None, sig: str | None) -> bool:
+        """Record how ``phase`` ended; True when that ends the task."""
+        rec = self.record
+        with self.lock:
+            rec.exit_code, rec.signal = code, sig
+            how = _describe(phase, code, sig)
+            if rec.stop == "cancel":
+                self._end(TaskState.CANCELLED, f"cancelled; {how}")
+            elif code == 0:
+                return False
+            elif rec.stop == "preempt" or code == PREEMPTED_EXIT_CODE:
+                self._end(TaskState.PREEMPTED, f"preempted; {how}")
+            else:
+                self._end(TaskState.FAILED, how)
+        return True
+
+    def _end(self, state: TaskState, detail: str) -> None:
+        set_state(self.record, state, self._clock.now(), detail)
+        self._persist(self.record)
+        log.info("task %s: %s %s", self.record.task_id, state.value, detail)
+
+
+def _describe(phase: str, code: int | None, sig: str | None) -> str:
+    if code is None:
+        return f"{phase}: exit status lost (the agent restarted and the job was killed)"
+    return f"{phase} exited {code}" + (f" ({sig})" if sig else "")

@@ -1,0 +1,280 @@
+"""The agent's operations, independent of HTTP: accept tasks, report them, hand out their logs
+by byte offset, deliver stop requests, run ``exec`` commands, write the heartbeat file.
+
+Node directory (``--node-dir``), owned by this module::
+
+    heartbeat               the time of the last heartbeat (seconds since the epoch), rewritten
+    work/                   the jobs' working directory (the synced workdir lands here)
+    checkpoints/<task_id>/  the default GPULEASE_CHECKPOINT_DIR
+    tasks/<task_id>/        task.json (the record), task.log (setup + run output, appended),
+                            preempted (the preemption file), <attempt>.<phase>.exit
+
+One task runs at a time; a finished task stays reported until a newer attempt replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpulease import __version__
+from gpulease.agent import files, jobproc
+from gpulease.agent.api import API_VERSION, ExecRequest, TaskSubmission
+from gpulease.agent.env import job_env
+from gpulease.agent.runner import TaskPaths, TaskRunner
+from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
+from gpulease.clock import Clock, SystemClock
+
+log = logging.getLogger("gpulease.agent")
+
+DEFAULT_LOG_CHUNK = 1 << 20
+MAX_LOG_CHUNK = 8 << 20
+
+
+class AgentError(Exception):
+    """A request the agent refuses; ``status`` is the HTTP status, ``code`` a stable name."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    offset: int
+    next_offset: int
+    size: int
+    complete: bool  # the task ended and every byte up to ``next_offset`` was handed out
+    state: TaskState
+
+
+class Agent:
+    def __init__(
+        self,
+        node_dir: Path,
+        *,
+        node_rank: int | None = None,
+        clock: Clock | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.node_dir = node_dir = node_dir.resolve()
+        self.node_rank = node_rank
+        self.clock = clock or SystemClock()
+        self.started_at = self.clock.now()
+        self.stopping = threading.Event()
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._lock = threading.RLock()
+        self._runners: dict[str, TaskRunner] = {}
+        for sub in ("work", "tasks", "checkpoints"):
+            (node_dir / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(node_dir, 0o700)
+        self._resume_saved_tasks()
+
+    @property
+    def work_dir(self) -> Path:
+        return self.node_dir / "work"
+
+    # ---- health -----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Liveness for the server's poll: version, rank, uptime and the current (else the
+        latest) task's state."""
+        current = self._current() or self._latest()
+        return {
+            "agent_version": __version__,
+            "api_version": API_VERSION,
+            "node_rank": self.node_rank,
+            "uptime_s": round(self.clock.now() - self.started_at, 3),
+            "now": self.clock.now(),
+            "task": None if current is None else _brief(current.record),
+        }
+
+    def write_heartbeat(self) -> None:
+        path = self.node_dir / "heartbeat"
+        tmp = path.with_name(".heartbeat.tmp")
+        tmp.write_text(f"{self.clock.now():.3f}\n", encoding="ascii")
+        os.replace(tmp, path)
+
+    # ---- tasks ------------------------------------------------------------------------------
+
+    def submit(self, sub: TaskSubmission) -> tuple[bool, dict[str, Any]]:
+        """Accept ``sub``; (True, status) when it starts now, (False, status) for a repeat."""
+        with self._lock:
+            existing = self._runners.get(sub.task_id)
+            if existing is not None and _same_attempt(existing.record, sub):
+                return False, self._status_of(existing)
+            self._refuse_conflicts(sub, existing)
+            try:
+                files.check_sources(sub.workdir, sub.file_mounts)
+            except files.FileSyncError as exc:
+                raise AgentError(422, "missing_source", str(exc)) from None
+            runner = self._new_runner(sub)
+            self._runners[sub.task_id] = runner
+        log.info("task %s attempt %d accepted", sub.task_id, sub.attempt)
+        runner.start()
+        return True, self._status_of(runner)
+
+    def _refuse_conflicts(self, sub: TaskSubmission, existing: TaskRunner | None) -> None:
+        if existing is not None:
+            old = existing.record
+            if sub.attempt < old.submission.attempt:
+                raise AgentError(409, "stale_attempt", "a newer attempt of this task exists")
+            if not old.state.terminal:
+                raise AgentError(409, "task_active", "the previous attempt is still running")
+        busy = self._current()
+        if busy is not None and busy.record.task_id != sub.task_id:
+            raise AgentError(409, "node_busy", f"task {busy.record.task_id} is running")
+
+    def _new_runner(self, sub: TaskSubmission) -> TaskRunner:
+        paths = self._paths(sub)
+        paths.task_dir.mkdir(parents=True, exist_ok=True)
+        paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        paths.preemption_file.unlink(missing_ok=True)
+        record = TaskRecord(submission=sub, submitted_at=self.clock.now())
+        record.history.append((TaskState.PENDING.value, record.submitted_at))
+        runner = self._runner_for(record, paths)
+        save_record(paths.record, record)
+        return runner
+
+    def status(self, task_id: str) -> dict[str, Any]:
+        return self._status_of(self._runner(task_id))
+
+    def list_tasks(self) -> list[dict[str, Any]]:
+        with self._lock:
+            runners = list(self._runners.values())
+        return [self._status_of(r) for r in runners]
+
+    def logs(self, task_id: str, offset: int, limit: int = DEFAULT_LOG_CHUNK) -> LogChunk:
+        runner = self._runner(task_id)
+        if offset < 0 or limit <= 0:
+            raise AgentError(422, "bad_range", "offset must be >= 0 and limit > 0")
+        with runner.lock:
+            state = runner.record.state
+        try:
+            with open(runner.paths.log, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(min(offset, size))
+                data = fh.read(min(limit, MAX_LOG_CHUNK))
+        except FileNotFoundError:
+            size, data = 0, b""
+        next_offset = min(offset, size) + len(data)
+        complete = state.terminal and next_offset >= size
+        return LogChunk(data, offset, next_offset, size, complete, state)
+
+    def stop_task(self, task_id: str, kind: str, grace_s: float) -> dict[str, Any]:
+        runner = self._runner(task_id)
+        runner.request_stop(kind, grace_s)
+        return self._status_of(runner)
+
+    def exec(self, task_id: str, req: ExecRequest) -> jobproc.ExecResult:
+        runner = self._runner(task_id)
+        return jobproc.run_exec(
+            req.command,
+            cwd=self.work_dir,
+            env=runner.env,
+            timeout_s=req.timeout_s,
+            scratch=runner.paths.task_dir,
+        )
+
+    def shutdown(self, *, cancel_task: bool, grace_s: float) -> None:
+        """Stop serving (the caller's main loop watches :attr:`stopping`); cancel the task
+        first, waiting at most ``grace_s`` plus a second, when asked."""
+        current = self._current()
+        if cancel_task and current is not None:
+            current.request_stop("cancel", grace_s)
+            current.join(grace_s + 1.0)
+        self.stopping.set()
+
+    # ---- internals --------------------------------------------------------------------------
+
+    def _current(self) -> TaskRunner | None:
+        with self._lock:
+            runners = list(self._runners.values())
+        for runner in runners:
+            with runner.lock:
+                if not runner.record.state.terminal:
+                    return runner
+        return None
+
+    def _latest(self) -> TaskRunner | None:
+        with self._lock:
+            runners = list(self._runners.values())
+        return max(runners, key=lambda r: r.record.submitted_at, default=None)
+
+    def _runner(self, task_id: str) -> TaskRunner:
+        with self._lock:
+            runner = self._runners.get(task_id)
+        if runner is None:
+            raise AgentError(404, "no_such_task", f"no task {task_id!r} on this node")
+        return runner
+
+    def _status_of(self, runner: TaskRunner) -> dict[str, Any]:
+        with runner.lock:
+            status = runner.record.status()
+        try:
+            status["log_size"] = runner.paths.log.stat().st_size
+        except FileNotFoundError:
+            status["log_size"] = 0
+        return status
+
+    def _paths(self, sub: TaskSubmission) -> TaskPaths:
+        checkpoints = self.node_dir / "checkpoints" / sub.task_id
+        return TaskPaths(
+            task_dir=self.node_dir / "tasks" / sub.task_id,
+            work_dir=self.work_dir,
+            checkpoint_dir=Path(sub.checkpoint_dir) if sub.checkpoint_dir else checkpoints,
+        )
+
+    def _runner_for(self, record: TaskRecord, paths: TaskPaths) -> TaskRunner:
+        env = job_env(
+            self._base_env,
+            record.submission,
+            work_dir=paths.work_dir,
+            checkpoint_dir=paths.checkpoint_dir,
+            preemption_file=paths.preemption_file,
+        )
+        return TaskRunner(
+            record,
+            paths,
+            env,
+            clock=self.clock,
+            persist=lambda rec: save_record(paths.record, rec),
+            stopping=self.stopping,
+        )
+
+    def _resume_saved_tasks(self) -> None:
+        for path in sorted((self.node_dir / "tasks").glob("*/task.json")):
+            try:
+                record = load_record(path)
+            except (OSError, ValueError) as exc:
+                log.warning("ignoring unreadable task record %s: %s", path, exc)
+                continue
+            runner = self._runner_for(record, self._paths(record.submission))
+            self._runners[record.task_id] = runner
+            if not record.state.terminal:
+                log.info("task %s: resuming in state %s", record.task_id, record.state.value)
+                runner.start()
+
+
+def _same_attempt(record: TaskRecord, sub: TaskSubmission) -> bool:
+    if record.submission.attempt != sub.attempt:
+        return False
+    if record.submission.digest() != sub.digest():
+        raise AgentError(409, "conflict", "this task attempt was submitted with another body")
+    return True
+
+
+def _brief(record: TaskRecord) -> dict[str, Any]:
+    return {
+        "task_id": record.task_id,
+        "attempt": record.submission.attempt,
+        "state": record.state.value,
+    }
