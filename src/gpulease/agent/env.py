@@ -1,13 +1,16 @@
 """The environment a job sees on its node.
 
 Layers, later ones winning: the agent's own environment (on the local provider that carries
-``CUDA_VISIBLE_DEVICES`` for the node's fake GPUs), ``PYTHONUNBUFFERED=1`` (so Python output
-reaches the log at once; a task may override it), the task's ``envs``, then the node variables
-below, which a task cannot override.
+``CUDA_VISIBLE_DEVICES`` for the node's fake GPUs) with the agent's Python environment first on
+``PATH`` (so ``python``, ``pip`` and ``torchrun`` in a task are the ones gpulease runs under, venv
+or not), ``PYTHONUNBUFFERED=1`` (so Python output reaches the log at once; a task may override
+it), the task's ``envs``, then the node variables below, which a task cannot override.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -58,6 +61,7 @@ def job_env(
     preemption_file: Path,
 ) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith("GPULEASE_AGENT_")}
+    env["PATH"] = _python_first(env.get("PATH", os.defpath))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(sub.envs)
     env.update(
@@ -66,3 +70,10 @@ def job_env(
         )
     )
     return env
+
+
+def _python_first(path: str) -> str:
+    """``path`` with the directory of the agent's Python (its venv's ``bin``) in front."""
+    bin_dir = str(Path(sys.executable).parent)
+    rest = [p for p in path.split(os.pathsep) if p and p != bin_dir]
+    return os.pathsep.join([bin_dir, *rest])
