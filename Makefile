@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml requirements-dev.txt
 	rm -f $(VENV)/.installed-*; touch $@
 
 demo: $(STAMP)
-	$(BIN)/gpulease plan examples/finetune-7b.yaml
+	$(BIN)/gpulease launch examples/quickstart.yaml
+	$(BIN)/gpulease down quickstart
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts examples

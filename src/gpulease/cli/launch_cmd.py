@@ -1,0 +1,68 @@
+"""``gpulease launch TASK.yaml``: plan, provision, set up and run a task through the server,
+showing progress and the run's output live; exits with the task's exit status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpulease.cli.follow import client, follow, say
+
+
+def launch(
+    task_file: Annotated[Path, typer.Argument(help="Task YAML (gpulease or SkyPilot format).")],
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="Cluster name (default: the task's).")
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Return once launched; do not follow.")
+    ] = False,
+    idle_minutes: Annotated[
+        int | None,
+        typer.Option("--idle-minutes-to-autostop", "-i", min=0, help="Autostop after N idle min."),
+    ] = None,
+    down: Annotated[
+        bool, typer.Option("--down", help="With -i: terminate instead of stopping.")
+    ] = False,
+) -> None:
+    """Launch a task: rent the best launchable plan, set it up and run it."""
+    from gpulease.spec import load_task_with_warnings
+
+    task, warnings = load_task_with_warnings(task_file)
+    for warning in warnings:
+        say(f"warning: {warning}")
+    workdir = _workdir(task.workdir)
+    data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    api = client()
+    with api:
+        view = api.launch(data, name=name, workdir=workdir, autostop_minutes=idle_minutes,
+                          down=down)  # fmt: skip
+        say(_summary(view))
+        if detach:
+            say(f"follow it with: gpulease logs {view['name']} -f")
+            return
+        code = follow(api, view["name"], progress=True)
+    raise typer.Exit(code)
+
+
+def _workdir(workdir: str | None) -> str | None:
+    """The task's workdir as an absolute path (relative ones are taken from the current
+    directory); it must exist."""
+    if workdir is None:
+        return None
+    path = Path(workdir).expanduser().resolve()
+    if not path.is_dir():
+        from gpulease.errors import UserInputError
+
+        raise UserInputError(f"workdir: no such directory: {workdir}")
+    return str(path)
+
+
+def _summary(view: dict[str, Any]) -> str:
+    where = "/".join(p for p in (view["provider"], view["region"]) if p)
+    nodes = f"{view['num_nodes']}× {view['instance_type']}"
+    price = view.get("price_per_hour")
+    cost = f", ${price:,.2f}/h" if price is not None else ""
+    return f"launching {view['name']} on {where}: {nodes}{cost}"

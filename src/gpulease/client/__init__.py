@@ -1,0 +1,33 @@
+"""gpulease.client: the Python SDK over the server's REST API.
+
+``connect()`` finds (or starts) this home's server and returns a :class:`Client`; every method
+is one API route. Errors are in :mod:`gpulease.client.errors`. Imports only ``gpulease.spec``
+and the base modules of gpulease (layering): it talks to the server over HTTP only.
+"""
+
+from gpulease.client.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ServerError,
+    ServerUnavailable,
+    Unauthorized,
+)
+from gpulease.client.http import Client, LogChunk
+from gpulease.client.server import ServerInfo, connect, read_info, running, stop
+
+__all__ = [
+    "Client",
+    "Conflict",
+    "InvalidRequest",
+    "LogChunk",
+    "NotFound",
+    "ServerError",
+    "ServerInfo",
+    "ServerUnavailable",
+    "Unauthorized",
+    "connect",
+    "read_info",
+    "running",
+    "stop",
+]

@@ -1,0 +1,141 @@
+"""The SDK's HTTP client: one method per route of the server's ``/v1`` API (see docs/server.md).
+
+Cluster views are returned as the server's JSON (dicts). Moves no states itself; the server does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from gpulease.client.errors import ServerUnavailable, error_for
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    complete: bool  # the task ended and every byte was handed out
+    task_state: str
+    cluster_status: str
+
+
+class Client:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url
+        self._http = httpx.Client(
+            base_url=url,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ---- routes -----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return self._json("GET", "/v1/health")
+
+    def launch(
+        self,
+        task: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        workdir: str | None = None,
+        autostop_minutes: int | None = None,
+        down: bool = False,
+    ) -> dict[str, Any]:
+        body = {"task": dict(task), "name": name, "workdir": workdir,
+                "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip
+        return self._json("POST", "/v1/clusters", json=body)
+
+    def clusters(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._json("GET", "/v1/clusters")["clusters"]
+        return found
+
+    def cluster(self, name: str, *, history: bool = False) -> dict[str, Any]:
+        params = {"history": "true"} if history else None
+        return self._json("GET", f"/v1/clusters/{name}", params=params)
+
+    def down(self, name: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/clusters/{name}/down")
+
+    def stop(self, name: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/clusters/{name}/stop")
+
+    def start(self, name: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/clusters/{name}/start")
+
+    def autostop(self, name: str, minutes: int | None, *, down: bool = False) -> dict[str, Any]:
+        body = {"minutes": minutes, "down": down}
+        return self._json("POST", f"/v1/clusters/{name}/autostop", json=body)
+
+    def logs(self, name: str, offset: int = 0, *, rank: int = 0, wait_s: float = 0.0) -> LogChunk:
+        params = {"offset": offset, "rank": rank, "wait_s": wait_s}
+        response = self._request(
+            "GET", f"/v1/clusters/{name}/logs", params=params, timeout=wait_s + 30.0
+        )
+        headers = response.headers
+        return LogChunk(
+            data=response.content,
+            next_offset=int(headers["X-Gpulease-Next-Offset"]),
+            complete=headers["X-Gpulease-Log-Complete"] == "true",
+            task_state=headers["X-Gpulease-Task-State"],
+            cluster_status=headers["X-Gpulease-Cluster-Status"],
+        )
+
+    def exec(
+        self, name: str, command: str, *, rank: int = 0, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        body = {"command": command, "rank": rank, "timeout_s": timeout_s}
+        return self._json("POST", f"/v1/clusters/{name}/exec", json=body, timeout=timeout_s + 30.0)
+
+    def providers(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._json("GET", "/v1/providers")["providers"]
+        return found
+
+    def shutdown(self) -> None:
+        self._json("POST", "/v1/server/shutdown")
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        data: dict[str, Any] = self._request(method, path, **kw).json()
+        return data
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(
+                f"the gpulease server at {self.url} did not answer: {exc}"
+            ) from None
+        if response.status_code >= 400:
+            raise error_for(response.status_code, _message(response))
+        return response
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        error = response.json()["error"]
+        return str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:300] or response.reason_phrase

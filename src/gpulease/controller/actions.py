@@ -1,0 +1,125 @@
+"""The steps a reconcile pass may take, as data: :func:`~gpulease.controller.decide.decide`
+returns a list of them, :mod:`gpulease.controller.apply` carries them out in order. Each is
+idempotent (repeating it after a crash changes nothing more). Moves no states itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from gpulease.controller.ports import NodeTask
+from gpulease.state import ClusterStatus, IntentStatus, LaunchTarget, NodeState
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Send the open intent's launch (``submit_intent`` + ``provider.launch``), record the nodes
+    it returned and move the cluster to PROVISIONING."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailOver:
+    """Give up the current target for ``target`` (``gpulease.state.fail_over``)."""
+
+    target: LaunchTarget
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetCluster:
+    status: ClusterStatus
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetNode:
+    node_id: int
+    state: NodeState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetIntent:
+    request_id: str
+    status: IntentStatus
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    provider: str
+    instance_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    provider: str
+    instance_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    provider: str
+    instance_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitTask:
+    node_id: int
+    task: NodeTask
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTask:
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MissedHeartbeat:
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordExit:
+    node_id: int
+    exit_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateNode:
+    """Fill in what the provider now says about a node (its agent URL changes on a restart)."""
+
+    node_id: int
+    agent_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordActivity:
+    """Stamp the cluster's ``last_activity_at`` (autostop counts idleness from it)."""
+
+
+Action: TypeAlias = (
+    Launch
+    | FailOver
+    | SetCluster
+    | SetNode
+    | SetIntent
+    | Terminate
+    | Stop
+    | Start
+    | SubmitTask
+    | CancelTask
+    | Heartbeat
+    | MissedHeartbeat
+    | RecordExit
+    | UpdateNode
+    | RecordActivity
+)

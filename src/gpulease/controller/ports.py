@@ -1,0 +1,110 @@
+"""What the controller needs from the world besides the DB and the providers: the agents.
+
+The controller may not import :mod:`gpulease.agent` (layering), so it names what it needs as
+protocols and plain data; the server implements them over the agent's HTTP client, tests with
+doubles. Owns :class:`NodeRef`, :class:`NodeTask`, :class:`AgentReport`, :class:`Liveness`,
+:class:`LogChunk`, :class:`ExecResult`, :class:`AgentPort` and :class:`AgentConnector`. Moves no
+states.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Liveness(enum.Enum):
+    """DESIGN 7: UNKNOWN (no answer this time) counts as alive until N polls in a row miss;
+    DEAD only when the provider confirms the instance gone."""
+
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRef:
+    """How to reach one node's agent."""
+
+    provider: str
+    instance_id: str
+    agent_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTask:
+    """The task as one node runs it (the server turns it into the agent's submission). The same
+    cluster always yields the same value, so a re-submission is a no-op on the agent."""
+
+    task_id: str
+    run: str
+    node_rank: int
+    num_nodes: int
+    node_ips: tuple[str, ...]
+    attempt: int = 0
+    setup: str | None = None
+    envs: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    file_mounts: Mapping[str, str] = field(default_factory=dict)
+    gpus_per_node: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    """One poll of a node's agent: whether it answered and the state of our task on it
+    (``task_state`` None: the node has no such task yet)."""
+
+    liveness: Liveness
+    task_state: str | None = None
+    exit_code: int | None = None
+
+
+TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"})
+TASK_STARTED = TASK_TERMINAL | {"RUNNING"}
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    complete: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    exit_code: int | None
+    output: str
+    timed_out: bool
+
+
+class AgentPort(Protocol):
+    """One node's agent. ``poll`` never raises (an agent that does not answer is UNKNOWN); the
+    other calls raise a ``Retryable`` when it does not answer and a ``Permanent`` error when it
+    refuses."""
+
+    def poll(self, task_id: str) -> AgentReport: ...
+
+    def submit(self, task: NodeTask) -> None: ...
+
+    def cancel(self, task_id: str) -> None: ...
+
+    def logs(self, task_id: str, offset: int, limit: int | None = None) -> LogChunk: ...
+
+    def exec(self, task_id: str, command: str, timeout_s: float) -> ExecResult: ...
+
+
+class AgentConnector(Protocol):
+    """Hands out agents; owns their tokens (the DB keeps only the hashes)."""
+
+    def agent(self, node: NodeRef) -> AgentPort: ...
+
+    def token_hash(self, provider: str, instance_id: str) -> str | None:
+        """The sha256 of the node's agent token (stored on the node row), None if unknown."""
+        ...
+
+    def forget(self, node: NodeRef) -> None:
+        """Drop cached connections to a node that is gone."""
+        ...

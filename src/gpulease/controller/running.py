@@ -1,0 +1,165 @@
+"""Rules for a cluster whose nodes are up: SETTING_UP → RUNNING → SUCCEEDED | FAILED, and node
+liveness.
+
+- Liveness (DESIGN 7): an agent that answers is ALIVE (a LOST node comes back READY); one that
+  does not is UNKNOWN and counts as alive — a READY node becomes LOST only after
+  ``lost_after_missed`` polls in a row miss. A node whose instance the provider confirms gone, or
+  that stays LOST past its timeout, is dead: the cluster FAILS (recovery is the managed-jobs
+  loop's business, not this one).
+- SETTING_UP: submit the task to every READY node that does not have it (the agent is idempotent
+  by task id and attempt); RUNNING once every node's task has started; FAILED at once when a
+  node's task fails.
+- RUNNING: SUCCEEDED when every node's task succeeded; FAILED when any failed, was cancelled or
+  preempted (the other nodes' tasks are cancelled). Exit codes are recorded per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpulease.controller.actions import (
+    Action,
+    CancelTask,
+    Heartbeat,
+    MissedHeartbeat,
+    RecordActivity,
+    RecordExit,
+    SetCluster,
+    SetNode,
+    SubmitTask,
+)
+from gpulease.controller.document import node_task
+from gpulease.controller.ports import TASK_STARTED, TASK_TERMINAL, Liveness
+from gpulease.controller.rules import ReconcileConfig, active_nodes, node_ips, terminate_nodes
+from gpulease.controller.snapshot import NodeView, Snapshot
+from gpulease.state import ClusterStatus, NodeState
+from gpulease.state.machines import timeout_exit
+
+
+def liveness(snap: Snapshot, config: ReconcileConfig) -> tuple[list[Action], str | None]:
+    """Heartbeat bookkeeping for the active nodes; the reason the cluster lost a node, if it
+    did."""
+    actions: list[Action] = []
+    dead: str | None = None
+    for node in active_nodes(snap):
+        if snap.instance_gone(node):
+            actions += terminate_nodes([node], "the provider no longer lists its instance")
+            dead = dead or f"node {node.rank} ({node.instance_id}) is gone"
+            continue
+        if node.state is NodeState.LOST and timeout_exit(
+            node.state, node.status_changed_at, snap.now
+        ):
+            actions += terminate_nodes([node], "lost for too long")
+            dead = dead or f"node {node.rank} ({node.instance_id}) lost"
+            continue
+        actions += _heartbeat(snap, node, config)
+    return actions, dead
+
+
+def _heartbeat(snap: Snapshot, node: NodeView, config: ReconcileConfig) -> list[Action]:
+    report = snap.agents.get(node.id)
+    if report is None:
+        return []
+    if report.liveness is Liveness.ALIVE:
+        actions: list[Action] = []
+        if node.state is NodeState.LOST:
+            actions.append(SetNode(node.id, NodeState.READY, "agent answers again"))
+        stale = node.last_heartbeat_at is None or (
+            snap.now - node.last_heartbeat_at >= config.heartbeat_write_s
+        )
+        if node.missed_heartbeats or stale:
+            actions.append(Heartbeat(node.id))
+        return actions
+    missed: list[Action] = [MissedHeartbeat(node.id)]
+    if node.state is NodeState.READY and node.missed_heartbeats + 1 >= config.lost_after_missed:
+        why = f"{node.missed_heartbeats + 1} agent polls missed in a row"
+        missed.append(SetNode(node.id, NodeState.LOST, why))
+    return missed
+
+
+def _task_states(snap: Snapshot, nodes: Sequence[NodeView]) -> list[str | None]:
+    states: list[str | None] = []
+    for node in nodes:
+        report = snap.agents.get(node.id)
+        alive = report is not None and report.liveness is Liveness.ALIVE
+        states.append(report.task_state if alive and report is not None else None)
+    return states
+
+
+def _finish(
+    snap: Snapshot, nodes: Sequence[NodeView], status: ClusterStatus, why: str
+) -> list[Action]:
+    actions: list[Action] = []
+    for node in nodes:
+        report = snap.agents.get(node.id)
+        if report is None or report.task_state not in TASK_TERMINAL:
+            if status is ClusterStatus.FAILED and report is not None and report.task_state:
+                actions.append(CancelTask(node.id))
+            continue
+        if report.exit_code is not None and report.exit_code != node.exit_code:
+            actions.append(RecordExit(node.id, report.exit_code))
+    return [*actions, RecordActivity(), SetCluster(status, why)]
+
+
+def _failure(snap: Snapshot, nodes: Sequence[NodeView], states: list[str | None]) -> str | None:
+    for node, state in zip(nodes, states, strict=True):
+        if state in TASK_TERMINAL and state != "SUCCEEDED":
+            report = snap.agents[node.id]
+            code = f" (exit code {report.exit_code})" if report.exit_code is not None else ""
+            return f"the task on node {node.rank} ended {state}{code}"
+    return None
+
+
+def setting_up(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
+    actions, dead = liveness(snap, config)
+    nodes = active_nodes(snap)
+    if dead:
+        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, dead)]
+    states = _task_states(snap, nodes)
+    failed = _failure(snap, nodes, states)
+    if failed:
+        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, failed)]
+    if len(nodes) == snap.cluster.target.num_nodes and all(s in TASK_STARTED for s in states):
+        return [*actions, SetCluster(ClusterStatus.RUNNING, "the task runs on every node")]
+    return actions + _submissions(snap, nodes)
+
+
+def _submissions(snap: Snapshot, nodes: Sequence[NodeView]) -> list[Action]:
+    cluster = snap.cluster
+    ips = node_ips(snap, nodes)
+    actions: list[Action] = []
+    for node in nodes:
+        report = snap.agents.get(node.id)
+        if node.state is not NodeState.READY or report is None:
+            continue
+        if report.liveness is not Liveness.ALIVE or report.task_state is not None:
+            continue
+        task = node_task(
+            cluster.document,
+            task_id=cluster.task_id,
+            rank=node.rank,
+            node_ips=ips,
+            gpus_per_node=cluster.target.gpus_per_node,
+            workdir=cluster.workdir,
+        )
+        actions.append(SubmitTask(node.id, task))
+    return actions
+
+
+def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
+    actions, dead = liveness(snap, config)
+    nodes = active_nodes(snap)
+    if dead:
+        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, dead)]
+    states = _task_states(snap, nodes)
+    failed = _failure(snap, nodes, states)
+    if failed:
+        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, failed)]
+    if nodes and all(s == "SUCCEEDED" for s in states):
+        why = "the task succeeded on every node"
+        return [*actions, *_finish(snap, nodes, ClusterStatus.SUCCEEDED, why)]
+    return actions
+
+
+def setting_up_timed_out(snap: Snapshot) -> list[Action]:
+    return [SetCluster(ClusterStatus.FAILED, "timed out: setup did not finish")]

@@ -1,0 +1,125 @@
+"""The controller's agent port, over the agent's HTTP client (:mod:`gpulease.agent.client`).
+
+Owns :class:`HttpAgents` (the :class:`~gpulease.controller.AgentConnector`: node tokens —
+from the provider when it hands them out, else derived from ``server.key`` — and one cached
+client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, exec). Moves no
+states.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+
+from pydantic import SecretStr
+
+from gpulease.agent.api import TaskSubmission
+from gpulease.agent.client import AgentClient, AgentRequestError, AgentUnavailable
+from gpulease.controller import AgentReport, ExecResult, Liveness, LogChunk, NodeRef, NodeTask
+from gpulease.controller.ports import TASK_TERMINAL
+from gpulease.providers.base import Provider, SupportsNodeToken
+from gpulease.server.keys import derived_node_token
+from gpulease.state import hash_token
+
+log = logging.getLogger("gpulease.server")
+
+
+class HttpAgent:
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+
+    def poll(self, task_id: str) -> AgentReport:
+        try:
+            health = self.client.health()
+        except AgentUnavailable:
+            return AgentReport(Liveness.UNKNOWN)
+        except AgentRequestError as exc:
+            log.warning("agent refused a health poll: %s", exc)
+            return AgentReport(Liveness.UNKNOWN)
+        brief = health.get("task") or {}
+        if brief.get("task_id") != task_id:
+            return AgentReport(Liveness.ALIVE)
+        state = str(brief.get("state"))
+        exit_code = None
+        if state in TASK_TERMINAL:
+            exit_code = self.client.status(task_id).get("exit_code")
+        return AgentReport(Liveness.ALIVE, state, exit_code)
+
+    def submit(self, task: NodeTask) -> None:
+        submission = TaskSubmission(
+            task_id=task.task_id,
+            attempt=task.attempt,
+            setup=task.setup,
+            run=task.run,
+            envs=dict(task.envs),
+            workdir=task.workdir,
+            file_mounts=dict(task.file_mounts),
+            node_rank=task.node_rank,
+            num_nodes=task.num_nodes,
+            node_ips=list(task.node_ips),
+            gpus_per_node=task.gpus_per_node,
+        )
+        self.client.submit(submission)
+
+    def cancel(self, task_id: str) -> None:
+        self.client.cancel(task_id)
+
+    def logs(self, task_id: str, offset: int, limit: int | None = None) -> LogChunk:
+        try:
+            chunk = self.client.logs(task_id, offset, limit)
+        except AgentRequestError as exc:
+            if exc.status == 404:  # the task is not there yet
+                return LogChunk(b"", offset, False, "PENDING")
+            raise
+        return LogChunk(chunk.data, chunk.next_offset, chunk.complete, chunk.state)
+
+    def exec(self, task_id: str, command: str, timeout_s: float) -> ExecResult:
+        out = self.client.exec(task_id, command, timeout_s)
+        return ExecResult(out.exit_code, out.output, out.timed_out)
+
+
+class HttpAgents:
+    def __init__(self, providers: Mapping[str, Provider], key: bytes, timeout: float = 2.0):
+        self.providers = providers
+        self._key = key
+        self._timeout = timeout
+        self._clients: dict[tuple[str, str, str], HttpAgent] = {}
+        self._lock = threading.Lock()
+
+    def token(self, provider: str, instance_id: str) -> SecretStr:
+        found = self.providers.get(provider)
+        if isinstance(found, SupportsNodeToken):
+            return found.node_token(instance_id)
+        return derived_node_token(self._key, instance_id)
+
+    def token_hash(self, provider: str, instance_id: str) -> str | None:
+        try:
+            return hash_token(self.token(provider, instance_id))
+        except Exception as exc:  # the node may be gone already; the hash is informative only
+            log.info("no agent token for %s: %s", instance_id, type(exc).__name__)
+            return None
+
+    def agent(self, node: NodeRef) -> HttpAgent:
+        key = (node.provider, node.instance_id, node.agent_url)
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                stale = [k for k in self._clients if k[:2] == key[:2]]
+                for old in stale:  # the agent moved (restarted on another port)
+                    self._clients.pop(old).client.close()
+                token = self.token(node.provider, node.instance_id)
+                client = AgentClient(node.agent_url, token, timeout=self._timeout)
+                found = self._clients[key] = HttpAgent(client)
+            return found
+
+    def forget(self, node: NodeRef) -> None:
+        with self._lock:
+            for key in [k for k in self._clients if k[:2] == (node.provider, node.instance_id)]:
+                self._clients.pop(key).client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for agent in self._clients.values():
+                agent.client.close()
+            self._clients.clear()

@@ -1,0 +1,168 @@
+"""The REST API (FastAPI, JSON, under ``/v1``) over
+:class:`~gpulease.server.service.ClusterService`.
+
+Every route needs ``Authorization: Bearer <token>`` (the ``server.token`` file in the home).
+Errors are ``{"error": {"code", "message"}}`` with status 422 (bad input), 404 (no such cluster),
+409 (the cluster's status forbids it, or the name is taken), 503 (retry later) or 500. Routes are
+listed in docs/server.md. Moves no states itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from gpulease import __version__
+from gpulease.errors import GpuleaseError, Retryable, UserInputError
+from gpulease.server.keys import same_token
+from gpulease.server.service import ClusterService, Conflict, NotFound
+from gpulease.state import ClusterExists
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LaunchBody(_Body):
+    task: dict[str, Any]
+    name: str | None = None
+    workdir: str | None = None
+    autostop_minutes: int | None = Field(default=None, ge=0)
+    down: bool = False
+
+
+class AutostopBody(_Body):
+    minutes: int | None = Field(default=None, ge=0)
+    down: bool = False
+
+
+class ExecBody(_Body):
+    command: str = Field(min_length=1)
+    rank: int = Field(default=0, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+
+def _status_of(exc: GpuleaseError) -> tuple[int, str]:
+    if isinstance(exc, NotFound):
+        return 404, "not_found"
+    if isinstance(exc, Conflict | ClusterExists):
+        return 409, "conflict"
+    if isinstance(exc, UserInputError):
+        return 422, "invalid"
+    if isinstance(exc, Retryable):
+        return 503, "unavailable"
+    return 500, "failed"
+
+
+def create_app(
+    service: ClusterService,
+    token: SecretStr,
+    *,
+    info: Callable[[], dict[str, Any]] = dict,
+    shutdown: Callable[[], None] = lambda: None,
+) -> FastAPI:
+    app = FastAPI(title="gpulease", version=__version__, docs_url=None, redoc_url=None)
+
+    def authorised(authorization: Annotated[str, Header()] = "") -> None:
+        scheme, _, presented = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not same_token(presented.strip(), token):
+            raise _Unauthorised()
+
+    router = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
+    _server_routes(router, info, shutdown)
+    _cluster_routes(router, service)
+    _agent_routes(router, service)
+    app.include_router(router)
+    app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
+    app.add_exception_handler(_Unauthorised, _unauthorised)
+    return app
+
+
+def _error_response(_request: Request, exc: GpuleaseError) -> JSONResponse:
+    status, code = _status_of(exc)
+    return JSONResponse({"error": {"code": code, "message": str(exc)}}, status_code=status)
+
+
+def _unauthorised(_request: Request, _exc: Exception) -> JSONResponse:
+    body = {"error": {"code": "unauthorized", "message": "a valid bearer token is required"}}
+    return JSONResponse(body, status_code=401)
+
+
+def _server_routes(
+    router: APIRouter, info: Callable[[], dict[str, Any]], shutdown: Callable[[], None]
+) -> None:
+    started = time.time()
+
+    @router.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__, "pid": os.getpid(),
+                "uptime_s": round(time.time() - started, 3), **info()}  # fmt: skip
+
+    @router.get("/providers")
+    def providers() -> dict[str, Any]:
+        return {"providers": info().get("providers", [])}
+
+    @router.post("/server/shutdown", status_code=202)
+    def stop_server() -> dict[str, Any]:
+        shutdown()
+        return {"stopping": True}
+
+
+def _cluster_routes(router: APIRouter, service: ClusterService) -> None:
+    @router.post("/clusters", status_code=201)
+    def launch(body: LaunchBody) -> dict[str, Any]:
+        return service.launch(body.task, name=body.name, workdir=body.workdir,
+                              autostop_minutes=body.autostop_minutes, down=body.down)  # fmt: skip
+
+    @router.get("/clusters")
+    def clusters() -> dict[str, Any]:
+        return {"clusters": service.list()}
+
+    @router.get("/clusters/{name}")
+    def cluster(name: str, history: bool = False) -> dict[str, Any]:
+        return service.get(name, with_history=history)
+
+    @router.post("/clusters/{name}/down")
+    def down(name: str) -> dict[str, Any]:
+        return service.down(name)
+
+    @router.post("/clusters/{name}/stop")
+    def stop(name: str) -> dict[str, Any]:
+        return service.stop(name)
+
+    @router.post("/clusters/{name}/start")
+    def start(name: str) -> dict[str, Any]:
+        return service.start(name)
+
+    @router.post("/clusters/{name}/autostop")
+    def autostop(name: str, body: AutostopBody) -> dict[str, Any]:
+        return service.autostop(name, body.minutes, body.down)
+
+
+def _agent_routes(router: APIRouter, service: ClusterService) -> None:
+    @router.get("/clusters/{name}/logs")
+    def logs(name: str, offset: int = 0, rank: int = 0, wait_s: float = 0.0) -> Response:
+        chunk, status = service.logs(name, offset=max(offset, 0), rank=rank, wait_s=wait_s)
+        headers = {
+            "X-Gpulease-Next-Offset": str(chunk.next_offset),
+            "X-Gpulease-Log-Complete": "true" if chunk.complete else "false",
+            "X-Gpulease-Task-State": chunk.state,
+            "X-Gpulease-Cluster-Status": status.value,
+        }
+        return Response(chunk.data, media_type="application/octet-stream", headers=headers)
+
+    @router.post("/clusters/{name}/exec")
+    def exec_(name: str, body: ExecBody) -> dict[str, Any]:
+        result = service.exec(name, body.command, rank=body.rank, timeout_s=body.timeout_s)
+        return {"exit_code": result.exit_code, "output": result.output,
+                "timed_out": result.timed_out}  # fmt: skip
+
+
+class _Unauthorised(Exception):
+    pass

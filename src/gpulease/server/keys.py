@@ -1,0 +1,67 @@
+"""The server's secrets on disk, and agent tokens.
+
+Files in the gpulease home (created with mode 0600, never logged, never returned by the API):
+
+- ``server.token`` — the API bearer token; the client (same user, same machine) reads it.
+- ``server.key`` — 32 random bytes. A node's agent token is ``HMAC-SHA256(server.key, instance
+  id)`` (hex) when its provider does not hand out tokens itself (``SupportsNodeToken``): the
+  server can always re-derive it after a restart, and the DB keeps only its sha256.
+
+Moves no states.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import SecretStr
+
+TOKEN_FILE = "server.token"
+KEY_FILE = "server.key"
+
+
+def _create_private(path: Path, content: bytes) -> None:
+    """Write ``content`` to a new file readable by its owner only (no-op when it exists)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(content)
+
+
+def _read_private(path: Path) -> bytes:
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
+    return path.read_bytes().strip()
+
+
+def api_token(home: Path) -> SecretStr:
+    """The API token (created on first use)."""
+    path = home / TOKEN_FILE
+    _create_private(path, secrets.token_urlsafe(32).encode() + b"\n")
+    return SecretStr(_read_private(path).decode())
+
+
+def server_key(home: Path) -> bytes:
+    """The key agent tokens are derived from (created on first use)."""
+    path = home / KEY_FILE
+    _create_private(path, secrets.token_bytes(32))
+    key = _read_private(path)
+    if len(key) < 16:
+        raise RuntimeError(f"{path} is too short to be a key")
+    return key
+
+
+def derived_node_token(key: bytes, instance_id: str) -> SecretStr:
+    digest = hmac.new(key, instance_id.encode(), hashlib.sha256).hexdigest()
+    return SecretStr(digest)
+
+
+def same_token(presented: str, expected: SecretStr) -> bool:
+    return hmac.compare_digest(presented.encode(), expected.get_secret_value().encode())

@@ -1,0 +1,191 @@
+"""``python -m gpulease.server run [--host H] [--port P]``: the server process.
+
+Start-up: take ``<home>/server.lock`` (one server per home; a second exits with code 3), open and
+migrate the state DB, build the providers, the agent connector and the reconcile loop, bind the
+port (``--port 0``: any free one), write ``<home>/server.json`` (``pid``, ``host``, ``port``,
+``url``) for the client, serve the API with uvicorn until SIGTERM / SIGINT / ``POST
+/v1/server/shutdown``, then stop the loop and remove ``server.json``. Clusters keep running while
+the server is away; the next server resumes them from the DB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from gpulease import config
+from gpulease.clock import SystemClock
+from gpulease.controller import Reconciler
+from gpulease.server.agents import HttpAgents
+from gpulease.server.api import create_app
+from gpulease.server.keys import api_token, server_key
+from gpulease.server.providers import build_providers, describe, provider_settings
+from gpulease.server.runtime import LoopThread
+from gpulease.server.service import ClusterService
+from gpulease.state import open_database, server_owner_id, session_scope
+
+log = logging.getLogger("gpulease.server")
+
+INFO_FILE = "server.json"
+LOCK_FILE = "server.lock"
+ALREADY_RUNNING = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gpulease.server")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="serve the API and run the reconcile loops")
+    run.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    run.add_argument("--port", type=int, default=int(os.environ.get("GPULEASE_SERVER_PORT", "0")))
+    run.add_argument("--log-level", default=os.environ.get("GPULEASE_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def _take_lock(home: Path) -> IO[str] | None:
+    handle = open(home / LOCK_FILE, "a")  # noqa: SIM115 - held for the process's life
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _write_info(home: Path, data: dict[str, Any]) -> None:
+    tmp = home / f".{INFO_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    os.replace(tmp, home / INFO_FILE)
+
+
+def _remove_info(home: Path) -> None:
+    path = home / INFO_FILE
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _python_first_on_path() -> None:
+    """Local nodes inherit this process's environment: put the Python gpulease runs in first on
+    ``PATH``, so ``python`` in a task's script is the one with gpulease (and torch) installed,
+    even when the virtual environment was never activated."""
+    bin_dir = str(Path(sys.executable).parent)
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    if parts[:1] != [bin_dir]:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *(p for p in parts if p != bin_dir)])
+
+
+@dataclass
+class _Parts:
+    engine: Engine
+    agents: HttpAgents
+    loop: LoopThread
+    app: FastAPI
+    server: uvicorn.Server | None = None
+
+
+def _assemble(home: Path) -> _Parts:
+    """The DB, providers, agent connector, reconcile loop, service and app of one server."""
+    clock = SystemClock()
+    engine = open_database()
+    with session_scope(engine) as session:
+        owner = server_owner_id(session, now=clock.now())
+    cfg = config.load_config()
+    providers = build_providers(cfg)
+    settings = provider_settings(cfg)
+    agents = HttpAgents(providers, server_key(home))
+    loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner))
+    service = ClusterService(engine, providers, agents, settings=settings, clock=clock,
+                             owner=owner, wake=loop.wake)  # fmt: skip
+    parts = _Parts(engine, agents, loop, app=FastAPI())
+
+    def shutdown() -> None:
+        if parts.server is not None:
+            parts.server.should_exit = True
+
+    parts.app = create_app(
+        service,
+        api_token(home),
+        info=lambda: {"owner": owner, "providers": describe(providers, settings)},
+        shutdown=shutdown,
+    )
+    return parts
+
+
+def _exit_cleanly_on_signals(parts: _Parts) -> None:
+    """uvicorn re-raises the SIGTERM / SIGINT it handled once it has shut down; with these
+    handlers in place that ends ``run()`` normally, so the cleanup below still runs."""
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        if parts.server is not None:
+            parts.server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def serve(host: str, port: int) -> int:
+    home = config.home()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = _take_lock(home)
+    if lock is None:
+        print(f"a gpulease server already runs for {home}", file=sys.stderr)
+        return ALREADY_RUNNING
+    _python_first_on_path()
+    parts = _assemble(home)
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    config_ = uvicorn.Config(parts.app, log_level="warning", access_log=False, lifespan="off")
+    parts.server = uvicorn.Server(config_)
+    _exit_cleanly_on_signals(parts)
+    parts.loop.start()
+    url = f"http://{host}:{bound}"
+    _write_info(home, {"pid": os.getpid(), "host": host, "port": bound, "url": url,
+                       "started_at": time.time()})  # fmt: skip
+    log.info("gpulease server %d listening on %s", os.getpid(), url)
+    try:
+        parts.server.run(sockets=[sock])
+    finally:
+        parts.loop.stop()
+        parts.agents.close()
+        _remove_info(home)
+        parts.engine.dispose()
+        lock.close()
+        log.info("gpulease server stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent poll otherwise
+    return serve(args.host, args.port)

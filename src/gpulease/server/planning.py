@@ -1,0 +1,147 @@
+"""Plans for a launch: the catalog plus this install's run-time offers (the local provider's
+nodes), the optimizer, and the ranked launch targets a cluster keeps for failover.
+
+The local provider sells this machine: one offer per shape — CPU only (``local-cpu``, a part of
+its own with no GPU figures) and, when the config gives the machine fake GPUs
+(``providers.local.gpus: N``, ``providers.local.accelerator: T4``), one per power-of-two GPU
+count up to N — at price 0, region ``local``, with this machine's vCPUs and RAM. Moves no states.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from datetime import date
+from typing import Any
+
+import numpy as np
+
+from gpulease.catalog import Catalog
+from gpulease.catalog.types import COLUMNS, AcceleratorSpec, OfferTable
+from gpulease.errors import UserInputError
+from gpulease.optimizer import Plan, plan_all
+from gpulease.spec import Task
+from gpulease.state import LaunchTarget
+
+LOCAL_CPU_PART = "local-cpu"
+_CPU_SPEC = AcceleratorSpec(
+    part=LOCAL_CPU_PART,
+    name="CPU",
+    vendor="none",
+    architecture="cpu",
+    generation="cpu",
+    form_factor="host",
+    memory_gb=0.0,
+    memory_bandwidth_gbps=0.0,
+    tflops={},
+    interconnect="none",
+    intra_node_gbps=0.0,
+    tdp_w=None,
+    release_year=date.today().year,
+    source="local machine",
+)
+
+
+class NoLaunchablePlan(UserInputError):
+    """No plan for the task can be rented from this install (the task asks for what it cannot
+    rent: bad input, exit code 2)."""
+
+
+def _ram_gb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError):
+        return float("nan")
+
+
+def _offer(
+    instance_type: str, accelerator: str, part: str, gpus: int, memory: float
+) -> dict[str, Any]:
+    return {
+        "provider": "local", "region": "local", "zone": "", "instance_type": instance_type,
+        "accelerator": accelerator, "part": part, "gpu_count": gpus, "gpu_memory_gb": memory,
+        "vcpus": float(os.cpu_count() or 1), "ram_gb": _ram_gb(), "nvme_gb": float("nan"),
+        "network_gbps": float("nan"), "fabric": "", "price_on_demand": 0.0,
+        "price_spot": float("nan"), "price_reserved_1y": float("nan"),
+        "price_reserved_3y": float("nan"), "interruption_band": -1, "certifications": "",
+        "as_of": date.today().isoformat(), "source": "local machine",
+    }  # fmt: skip
+
+
+def local_offers(catalog: Catalog, settings: Mapping[str, Any]) -> OfferTable:
+    """The local provider's offers for ``settings`` (the config's ``providers.local``)."""
+    rows = [_offer("local-cpu", "CPU", LOCAL_CPU_PART, 0, 0.0)]
+    gpus = int(settings.get("gpus") or 0)
+    if gpus > 0:
+        name = str(settings.get("accelerator") or "T4")
+        parts = catalog.parts_of(name)
+        if not parts:
+            raise UserInputError(f"providers.local.accelerator: unknown accelerator {name!r}")
+        spec = parts[0]
+        count = 1
+        while count <= gpus:
+            rows.append(_offer(f"local-{spec.name}x{count}", spec.name, spec.part, count,
+                               spec.memory_gb))  # fmt: skip
+            count *= 2
+    columns: dict[str, np.ndarray[Any, Any]] = {
+        n: np.array([r[n] for r in rows], dtype=k) for n, k in COLUMNS.items()
+    }
+    return OfferTable.from_columns(columns)
+
+
+def catalog_for(providers: Mapping[str, Mapping[str, Any]]) -> Catalog:
+    """The catalog with the run-time offers of the configured providers."""
+    base = Catalog.load()
+    if "local" not in providers:
+        return base
+    extra = local_offers(base, providers["local"])
+    merged = OfferTable.concat([base.offers, extra])
+    return Catalog(
+        merged, {**base.accelerators, LOCAL_CPU_PART: _CPU_SPEC}, source=f"{base.source}+local"
+    )
+
+
+def target_of(plan: Plan) -> LaunchTarget:
+    return LaunchTarget(
+        provider=plan.provider,
+        region=plan.region,
+        zone=plan.zone,
+        instance_type=plan.instance_type,
+        accelerator=None if plan.part == LOCAL_CPU_PART else plan.accelerator,
+        gpus_per_node=plan.gpus_per_node,
+        num_nodes=plan.num_nodes,
+        pricing=plan.pricing,
+        price_per_hour=plan.price_per_hour,
+    )
+
+
+def launch_targets(
+    task: Task, catalog: Catalog, launchable: frozenset[str], *, top: int = 10
+) -> list[LaunchTarget]:
+    """The launchable plans for ``task``, best first (fewest GPUs first among equal prices)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = plan_all(task, catalog=catalog, top=top, launchable=launchable)
+    plans = [p for p in result.plans if p.launchable]
+    if not plans:
+        why = "; ".join(r.reason for r in result.rejected[:3]) or "no offer fits"
+        raise NoLaunchablePlan(
+            f"no plan can be launched from this install ({', '.join(sorted(launchable))}): {why}"
+        )
+    return [target_of(p) for p in _fewest_gpus_among_ties(plans)]
+
+
+def _fewest_gpus_among_ties(plans: list[Plan]) -> list[Plan]:
+    """The optimizer's order, except that among plans it cannot tell apart (same hourly price
+    and expected cost) those with fewer GPUs come first — no fake GPU is taken for nothing."""
+    first_of: dict[tuple[float, float | None], int] = {}
+    for i, plan in enumerate(plans):
+        cost = plan.est_cost.expected if plan.est_cost else None
+        first_of.setdefault((round(plan.price_per_hour, 6), cost), i)
+
+    def key(plan: Plan) -> tuple[int, int]:
+        cost = plan.est_cost.expected if plan.est_cost else None
+        return first_of[(round(plan.price_per_hour, 6), cost)], plan.total_gpus
+
+    return sorted(plans, key=key)

@@ -1,0 +1,45 @@
+"""The providers this server rents on, built from the config file's ``providers`` section.
+
+Today: ``local`` (always; settings ``providers.local.{root, gpus, accelerator}``). ``sim``,
+``aws`` and ``slurm`` join here as they land. Moves no states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpulease.providers.base import Provider
+
+
+def provider_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Settings per configured provider (``local`` is always configured)."""
+    section = dict(config.get("providers") or {})
+    return {"local": dict(section.get("local") or {})}
+
+
+def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:
+    from gpulease.providers.local import LocalProvider
+
+    return {"local": LocalProvider.from_config(config)}
+
+
+def describe(
+    providers: Mapping[str, Provider], settings: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """What ``gpulease check`` shows per provider."""
+    from gpulease.providers.base import SupportsMultiNode, SupportsSpot, SupportsStopStart
+
+    rows = []
+    for name, provider in sorted(providers.items()):
+        rows.append(
+            {
+                "name": name,
+                "enabled": True,
+                "stop_start": isinstance(provider, SupportsStopStart),
+                "spot": isinstance(provider, SupportsSpot),
+                "multi_node": isinstance(provider, SupportsMultiNode),
+                "settings": {k: v for k, v in settings.get(name, {}).items() if k != "credentials"},
+            }
+        )
+    return rows

@@ -1,0 +1,266 @@
+"""The server's operations on clusters — what the REST API calls: launch (plan + the cluster row
+and its first launch intent, in one transaction), list, show, down / stop / start, autostop, logs
+and exec through the node agents.
+
+States it moves (through ``set_status``, compare-and-set, as the user's actor): any live status →
+TERMINATING (``down``); RUNNING | SUCCEEDED | FAILED → STOPPING (``stop``); STOPPED → STARTING
+(``start``). Everything after that is the reconcile loop's work; each call wakes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy import Engine
+
+from gpulease.clock import Clock
+from gpulease.controller import ExecResult, LaunchDocument, LogChunk, NodeRef, task_id_of
+from gpulease.controller.ports import AgentConnector
+from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
+from gpulease.providers.base import Provider, SupportsStopStart
+from gpulease.server.planning import catalog_for, launch_targets
+from gpulease.server.views import cluster_view
+from gpulease.state import (
+    Cluster,
+    ClusterExists,
+    ClusterStatus,
+    LaunchTarget,
+    NodeState,
+    create_cluster,
+    get_cluster_by_name,
+    list_clusters,
+    list_nodes,
+    record_activity,
+    session_scope,
+    set_status,
+)
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_C = ClusterStatus
+ACTOR = "user"
+
+
+class NotFound(UserInputError):
+    """No cluster of that name."""
+
+
+class Conflict(UserInputError):
+    """The cluster's status does not allow the request."""
+
+
+class AgentUnreachable(Retryable):
+    """The node's agent did not answer; try again."""
+
+
+def check_name(name: str | None) -> str:
+    if not name:
+        raise UserInputError("name: the task has no name; give one with --name")
+    if not NAME.match(name):
+        raise UserInputError(
+            f"name: {name!r} is not a valid cluster name (letters, digits, '.', '_', '-'; "
+            "at most 63, starting with a letter or digit)"
+        )
+    return name
+
+
+class ClusterService:
+    def __init__(
+        self,
+        engine: Engine,
+        providers: Mapping[str, Provider],
+        agents: AgentConnector,
+        *,
+        settings: Mapping[str, Mapping[str, Any]],
+        clock: Clock,
+        owner: str,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.engine = engine
+        self.providers = providers
+        self.agents = agents
+        self.settings = settings
+        self.clock = clock
+        self.owner = owner
+        self.wake = wake
+        self._catalog_lock = threading.Lock()
+        self._catalog: Any = None
+
+    # ---- launch and read --------------------------------------------------------------------
+
+    def launch(
+        self,
+        task_data: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        workdir: str | None = None,
+        autostop_minutes: int | None = None,
+        down: bool = False,
+    ) -> dict[str, Any]:
+        from gpulease.spec import task_from_dict
+
+        task = task_from_dict(task_data)
+        name = check_name(name or task.name)
+        targets = launch_targets(task, self.catalog(), frozenset(self.providers))
+        spec = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        doc = LaunchDocument(spec=spec, plans=tuple(targets))
+        try:
+            view = self._create(name, targets[0], doc, workdir=workdir or task.workdir,
+                                autostop_minutes=autostop_minutes, down=down)  # fmt: skip
+        except ClusterExists as exc:
+            raise Conflict(f"{exc}: take it down first (gpulease down {name}) or pick another "
+                           "--name") from None  # fmt: skip
+        self.wake()
+        return view
+
+    def _create(
+        self,
+        name: str,
+        target: LaunchTarget,
+        doc: LaunchDocument,
+        *,
+        workdir: str | None,
+        autostop_minutes: int | None,
+        down: bool,
+    ) -> dict[str, Any]:
+        with session_scope(self.engine) as session:
+            cluster, _intent = create_cluster(
+                session,
+                name=name,
+                target=target,
+                task=doc.to_json(),
+                owner=self.owner,
+                actor=ACTOR,
+                now=self.clock.now(),
+                workdir=workdir,
+                autostop_minutes=autostop_minutes,
+                autostop_down=down,
+            )
+            return cluster_view(session, cluster)
+
+    def catalog(self) -> Any:
+        with self._catalog_lock:
+            if self._catalog is None:
+                self._catalog = catalog_for(self.settings)
+            return self._catalog
+
+    def list(self) -> list[dict[str, Any]]:
+        with session_scope(self.engine) as session:
+            return [cluster_view(session, c) for c in list_clusters(session)]
+
+    def get(self, name: str, *, with_history: bool = False) -> dict[str, Any]:
+        with session_scope(self.engine) as session:
+            return cluster_view(session, self._find(session, name), with_history=with_history)
+
+    def _find(self, session: Any, name: str) -> Cluster:
+        cluster = get_cluster_by_name(session, name)
+        if cluster is None:
+            raise NotFound(f"no cluster named {name!r}")
+        return cluster
+
+    # ---- status changes ---------------------------------------------------------------------
+
+    def _move(self, name: str, to: ClusterStatus, allowed: frozenset[ClusterStatus],
+              done: frozenset[ClusterStatus], why: str) -> dict[str, Any]:  # fmt: skip
+        for _ in range(5):  # a lost compare-and-set (the loop moved it) is retried on fresh data
+            with session_scope(self.engine) as session:
+                cluster = self._find(session, name)
+                if cluster.status in done:
+                    return cluster_view(session, cluster)
+                if cluster.status not in allowed:
+                    raise Conflict(f"cluster {name!r} is {cluster.status.value}: cannot {why}")
+                now = self.clock.now()
+                if set_status(session, cluster, to, actor=ACTOR, reason=why, now=now):
+                    view = cluster_view(session, cluster)
+                    break
+        else:
+            raise Conflict(f"cluster {name!r} keeps changing; try again")
+        self.wake()
+        return view
+
+    def down(self, name: str) -> dict[str, Any]:
+        live = frozenset(_C) - {_C.TERMINATING, _C.TERMINATED}
+        return self._move(name, _C.TERMINATING, live,
+                          frozenset({_C.TERMINATING, _C.TERMINATED}), "down")  # fmt: skip
+
+    def stop(self, name: str) -> dict[str, Any]:
+        self._require_stop_start(name)
+        allowed = frozenset({_C.RUNNING, _C.SUCCEEDED, _C.FAILED})
+        return self._move(name, _C.STOPPING, allowed, frozenset({_C.STOPPING, _C.STOPPED}), "stop")
+
+    def start(self, name: str) -> dict[str, Any]:
+        self._require_stop_start(name)
+        done = frozenset({_C.STARTING, _C.SETTING_UP, _C.RUNNING, _C.SUCCEEDED, _C.FAILED})
+        return self._move(name, _C.STARTING, frozenset({_C.STOPPED}), done, "start")
+
+    def _require_stop_start(self, name: str) -> None:
+        with session_scope(self.engine) as session:
+            provider = self.providers.get(self._find(session, name).provider)
+        if not isinstance(provider, SupportsStopStart):
+            raise Conflict(f"cluster {name!r}: its provider cannot stop and start instances")
+
+    def autostop(self, name: str, minutes: int | None, down: bool) -> dict[str, Any]:
+        if minutes is not None and minutes < 0:
+            raise UserInputError("minutes: must be 0 or more")
+        with session_scope(self.engine) as session:
+            cluster = self._find(session, name)
+            cluster.autostop_minutes, cluster.autostop_down = minutes, down
+            record_activity(session, cluster.id, now=self.clock.now())
+            view = cluster_view(session, cluster)
+        self.wake()
+        return view
+
+    # ---- through the agents -----------------------------------------------------------------
+
+    def _node(self, name: str, rank: int) -> tuple[NodeRef | None, str, ClusterStatus]:
+        with session_scope(self.engine) as session:
+            cluster = self._find(session, name)
+            task_id = task_id_of(cluster.name, cluster.id)
+            for node in reversed(list_nodes(session, cluster.id)):
+                if node.node_rank == rank and node.state is NodeState.READY and node.agent_url:
+                    ref = NodeRef(node.provider, node.instance_id, node.agent_url)
+                    return ref, task_id, cluster.status
+            if rank >= cluster.num_nodes or rank < 0:
+                raise UserInputError(f"rank: the cluster has ranks 0..{cluster.num_nodes - 1}")
+            return None, task_id, cluster.status
+
+    def logs(
+        self, name: str, *, offset: int = 0, rank: int = 0, limit: int | None = None,
+        wait_s: float = 0.0,
+    ) -> tuple[LogChunk, ClusterStatus]:  # fmt: skip
+        """The task's output on node ``rank`` from byte ``offset``; waits up to ``wait_s`` for
+        new bytes or a change of the cluster's status (a long poll: ``logs -f`` and ``launch``
+        follow without hammering the agent)."""
+        deadline = time.monotonic() + min(max(wait_s, 0.0), 30.0)
+        first: ClusterStatus | None = None
+        while True:
+            ref, task_id, status = self._node(name, rank)
+            first = first or status
+            chunk = LogChunk(b"", offset, False, status.value.upper())
+            if ref is not None:
+                with contextlib.suppress(GpuleaseError):  # unreachable now: the client asks again
+                    chunk = self.agents.agent(ref).logs(task_id, offset, limit)
+            if chunk.data or chunk.complete or status is not first or time.monotonic() >= deadline:
+                return chunk, status
+            time.sleep(0.1)
+
+    def exec(
+        self, name: str, command: str, *, rank: int = 0, timeout_s: float = 60.0
+    ) -> ExecResult:
+        ref, task_id, status = self._node(name, rank)
+        if ref is None:
+            raise Conflict(f"cluster {name!r} is {status.value}: node {rank} is not up")
+        try:
+            result = self.agents.agent(ref).exec(task_id, command, timeout_s)
+        except Retryable as exc:
+            raise AgentUnreachable(f"node {rank} did not answer: {exc}") from None
+        except Permanent as exc:
+            raise Conflict(f"cluster {name!r}: {exc}") from None
+        with session_scope(self.engine) as session:
+            cluster = self._find(session, name)
+            record_activity(session, cluster.id, now=self.clock.now())
+        return result

@@ -1,0 +1,104 @@
+"""The launch commands as a user runs them: the real ``gpulease`` entry point in subprocesses, a
+private home, the server started in the background on first use (and said so, once), the real
+local provider. Bad input exits 2 without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpulease.providers.base import InstanceState
+from gpulease.providers.local import LocalProvider
+from tests.cli.conftest import Cli
+from tests.providers.procs import node_pids
+from tests.server.conftest import wait_until
+
+
+@pytest.fixture
+def user(cli: Cli) -> Iterator[Cli]:
+    yield cli
+    cli("server", "stop")
+    provider = LocalProvider(cli.home / "local", kill_grace_s=0.5)
+    live = [i.id for i in provider.list_instances({}) if i.state is not InstanceState.TERMINATED]
+    if live:
+        provider.terminate(live)
+        wait_until(lambda: not _processes(cli.home) or None, 20, "nodes to die")
+
+
+def _processes(home: Path) -> list[int]:
+    provider = LocalProvider(home / "local")
+    ids = [p.stem for p in (provider.root / "instances").glob("*.json")]
+    return node_pids(provider, ids) if ids else []
+
+
+def _ok(
+    result: subprocess.CompletedProcess[str], code: int = 0
+) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+@pytest.mark.slow
+def test_the_readme_flow_launch_status_logs_exec_down(user: Cli) -> None:
+    first = _ok(user("launch", "examples/quickstart.yaml"))
+    assert first.stderr.count("started gpulease server (pid ") == 1
+    assert "launching quickstart on local/local" in first.stderr
+    assert "test accuracy" in first.stdout and "quickstart: succeeded" in first.stderr
+
+    table = _ok(user("status")).stdout
+    assert "quickstart" in table and "SUCCEEDED" in table
+    data = json.loads(_ok(user("status", "--json")).stdout)
+    assert [c["status"] for c in data["clusters"]] == ["succeeded"]
+    logs = _ok(user("logs", "quickstart"))
+    assert "test accuracy" in logs.stdout and "started gpulease" not in logs.stderr
+    assert (
+        _ok(user("exec", "quickstart", "echo hi from $GPULEASE_NODE_RANK")).stdout == "hi from 0\n"
+    )
+    _ok(user("exec", "quickstart", "exit 3"), 3)
+    assert "local: enabled" in _ok(user("check")).stdout
+
+    assert "quickstart: terminated" in _ok(user("down", "quickstart")).stdout
+    assert _processes(user.home) == []
+    assert "gpulease server (pid" in _ok(user("server", "status")).stdout
+    assert "stopped gpulease server" in _ok(user("server", "stop")).stdout
+    _ok(user("server", "status"), 1)
+
+
+@pytest.mark.slow
+def test_detached_launch_then_logs_follow_returns_the_task_exit_code(
+    user: Cli, tmp_path: Path
+) -> None:
+    task = tmp_path / "fails.yaml"
+    task.write_text("name: fails\nresources: {providers: [local]}\nrun: echo out; exit 3\n")
+    launched = _ok(user("launch", str(task), "-d", "-i", "30", "--down"))
+    assert "gpulease logs fails -f" in launched.stderr
+    followed = _ok(user("logs", "fails", "-f"), 3)
+    assert followed.stdout == "out\n"
+    data = json.loads(_ok(user("status", "fails", "--json")).stdout)["clusters"][0]
+    assert data["status"] == "failed" and data["autostop"] == {"minutes": 30, "down": True}
+    assert "fails: stop after 5 idle min" in _ok(user("autostop", "fails", "-i", "5")).stdout
+    _ok(user("down", "fails"))
+
+
+def test_bad_input_exits_2_without_a_traceback(user: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnum_nodes: zero\nrun: echo\n")
+    missing_dir = tmp_path / "nodir.yaml"
+    missing_dir.write_text("name: nodir\nworkdir: does/not/exist\nrun: echo\n")
+    for args, words in (
+        (("launch", "no-such-file.yaml"), "no-such-file.yaml"),
+        (("launch", str(bad)), "num_nodes"),
+        (("launch", str(missing_dir)), "workdir"),
+        (("launch", "examples/quickstart.yaml", "--name", "bad name!"), "not a valid cluster name"),
+        (("logs", "nope"), "no cluster named 'nope'"),
+        (("down", "nope"), "no cluster named 'nope'"),
+        (("exec", "nope", "ls"), "no cluster named 'nope'"),
+        (("stop", "nope"), "no cluster named 'nope'"),
+    ):
+        result = _ok(user(*args), 2)
+        assert words in result.stderr, (args, result.stderr)

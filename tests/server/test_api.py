@@ -1,0 +1,140 @@
+"""The REST API's contract, in process (FastAPI's test client) over a real SQLite DB, the real
+planner and a provider double named ``local``: auth, error codes, the launch document, status
+changes a user may ask for, and what a view never shows."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import Engine
+
+from gpulease.clock import VirtualClock
+from gpulease.controller import LaunchDocument
+from gpulease.server.api import create_app
+from gpulease.server.service import ClusterService
+from gpulease.state import get_cluster_by_name, make_engine, session_scope
+from tests.controller.conftest import sqlite_template  # noqa: F401 - the fixture
+from tests.controller.doubles import FakeAgents, FakeProvider
+from tests.server.conftest import task_body
+
+with warnings.catch_warnings():  # starlette's TestClient asks for httpx2 on import
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:  # noqa: F811
+    path = tmp_path / "state.db"
+    shutil.copyfile(sqlite_template, path)
+    eng = make_engine(f"sqlite:///{path}")
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def http(engine: Engine) -> TestClient:
+    provider = FakeProvider(name="local")
+    service = ClusterService(engine, {"local": provider}, FakeAgents(), settings={"local": {}},
+                             clock=VirtualClock(), owner="gl-test")  # fmt: skip
+    client = TestClient(create_app(service, SecretStr(TOKEN)))
+    client.headers["Authorization"] = f"Bearer {TOKEN}"
+    return client
+
+
+def _error(response: object, status: int) -> str:
+    assert response.status_code == status, response.text  # type: ignore[attr-defined]
+    return str(response.json()["error"]["message"])  # type: ignore[attr-defined]
+
+
+def test_every_route_needs_the_token(http: TestClient) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+        response = http.get("/v1/clusters", headers={"Authorization": "", **headers})
+        assert response.status_code == 401
+    assert http.get("/v1/health").json()["status"] == "ok"
+
+
+def test_launch_writes_a_pending_cluster_with_its_ranked_plans(
+    http: TestClient, engine: Engine
+) -> None:
+    body = {"task": task_body("python x.py", name="job", envs={"SECRET": "hunter2"}),
+            "autostop_minutes": 5}  # fmt: skip
+    view = http.post("/v1/clusters", json=body).json()
+    assert view["status"] == "pending" and view["provider"] == "local"
+    assert view["instance_type"] == "local-cpu" and view["autostop"]["minutes"] == 5
+    assert "hunter2" not in http.get("/v1/clusters").text
+    with session_scope(engine) as session:
+        row = get_cluster_by_name(session, "job")
+        assert row is not None
+        doc = LaunchDocument.from_json(row.task)
+    assert doc.spec["run"] == "python x.py" and doc.plans[0].provider == "local"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"task": {"name": "x", "run": "true", "nodes": 2}}, 422, "nodes"),
+        ({"task": {"run": "true"}}, 422, "name"),
+        ({"task": {"name": "bad name!", "run": "true"}}, 422, "not a valid cluster name"),
+        ({"task": task_body("true", name="gpu", resources={"providers": ["local"],
+                                                            "accelerators": "H100:8"})},
+         422, "no plan can be launched"),
+        ({"task": task_body("true", name="x"), "extra": 1}, 422, "extra"),
+    ],
+)  # fmt: skip
+def test_bad_launches_are_refused_with_422(
+    http: TestClient, body: dict[str, object], status: int, words: str
+) -> None:
+    response = http.post("/v1/clusters", json=body)
+    assert response.status_code == status
+    assert words in response.text
+
+
+def test_a_taken_name_is_a_conflict_and_an_unknown_one_not_found(http: TestClient) -> None:
+    assert http.post("/v1/clusters", json={"task": task_body("true", name="a")}).status_code == 201
+    assert "exists" in _error(
+        http.post("/v1/clusters", json={"task": task_body("true", name="a")}), 409
+    )
+    for method, path in (
+        ("GET", "/v1/clusters/nope"),
+        ("POST", "/v1/clusters/nope/down"),
+        ("GET", "/v1/clusters/nope/logs"),
+        ("POST", "/v1/clusters/nope/stop"),
+    ):
+        assert "nope" in _error(http.request(method, path), 404)  # fmt: skip
+    response = http.post("/v1/clusters/nope/exec", json={"command": "ls"})
+    assert response.status_code == 404
+
+
+def test_status_changes_follow_the_machine(http: TestClient) -> None:
+    http.post("/v1/clusters", json={"task": task_body("true", name="m")})
+    assert "cannot stop" in _error(http.post("/v1/clusters/m/stop"), 409)
+    assert "cannot start" in _error(http.post("/v1/clusters/m/start"), 409)
+    assert "not up" in _error(http.post("/v1/clusters/m/exec", json={"command": "ls"}), 409)
+    assert http.post("/v1/clusters/m/down").json()["status"] == "terminating"
+    assert http.post("/v1/clusters/m/down").json()["status"] == "terminating"  # idempotent
+    view = http.get("/v1/clusters/m", params={"history": "true"}).json()
+    assert [h["to"] for h in view["history"]] == ["pending", "terminating"]
+
+
+def test_autostop_is_set_and_cleared(http: TestClient) -> None:
+    http.post("/v1/clusters", json={"task": task_body("true", name="auto")})
+    view = http.post("/v1/clusters/auto/autostop", json={"minutes": 10, "down": True}).json()
+    assert view["autostop"] == {"minutes": 10, "down": True}
+    view = http.post("/v1/clusters/auto/autostop", json={"minutes": None}).json()
+    assert view["autostop"] == {"minutes": None, "down": False}
+    assert http.post("/v1/clusters/auto/autostop", json={"minutes": -1}).status_code == 422
+
+
+def test_logs_of_a_cluster_without_nodes_are_empty_with_its_status(http: TestClient) -> None:
+    http.post("/v1/clusters", json={"task": task_body("true", name="l")})
+    response = http.get("/v1/clusters/l/logs", params={"offset": 0})
+    assert response.content == b""
+    assert response.headers["X-Gpulease-Cluster-Status"] == "pending"
+    assert response.headers["X-Gpulease-Log-Complete"] == "false"
