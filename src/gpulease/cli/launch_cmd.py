@@ -14,7 +14,17 @@ from gpulease.cli.follow import client, follow, say
 def launch(
     task_file: Annotated[Path, typer.Argument(help="Task YAML (gpulease or SkyPilot format).")],
     name: Annotated[
-        str | None, typer.Option("--name", "-n", help="Cluster name (default: the task's).")
+        str | None,
+        typer.Option("--cluster", "-c", "--name", "-n", help="Cluster name (default: the task's)."),
+    ] = None,
+    provider: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--provider",
+            "-p",
+            help="Launch only on this provider (repeatable); "
+            "replaces the task's resources.providers.",
+        ),
     ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Return once launched; do not follow.")
@@ -35,6 +45,8 @@ def launch(
         say(f"warning: {warning}")
     workdir = _workdir(task.workdir)
     data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    if provider:
+        data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
     api = client()
     with api:
         view = api.launch(data, name=name, workdir=workdir, autostop_minutes=idle_minutes,

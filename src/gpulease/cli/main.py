@@ -13,7 +13,15 @@ from typing import Annotated
 
 import typer
 
-from gpulease.cli import catalog_cmd, cluster_cmd, gpus_cmd, launch_cmd, plan_cmd, server_cmd
+from gpulease.cli import (
+    catalog_cmd,
+    cluster_cmd,
+    gpus_cmd,
+    launch_cmd,
+    plan_cmd,
+    server_cmd,
+    ssh_cmd,
+)
 
 # A CLI process loads no pydantic plugins: their entry-point scan slows every command's start.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
@@ -30,6 +38,7 @@ app.command("plan")(plan_cmd.plan)
 app.command("gpus")(gpus_cmd.gpus)
 app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
+app.command("ssh")(ssh_cmd.ssh)
 app.add_typer(server_cmd.app, name="server")
 
 

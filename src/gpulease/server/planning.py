@@ -90,13 +90,25 @@ def local_offers(catalog: Catalog, settings: Mapping[str, Any]) -> OfferTable:
     return OfferTable.from_columns(columns)
 
 
+def sim_offers(catalog: Catalog) -> OfferTable:
+    """The sim provider sells the catalog's offers — same regions, zones, shapes, prices and
+    interruption bands — under the provider name ``sim``."""
+    columns = catalog.offers.column_dict()
+    columns["provider"] = np.full(len(catalog.offers), "sim")
+    columns["source"] = np.char.add("sim of ", catalog.offers.source.astype(str))
+    return OfferTable.from_columns(columns)
+
+
 def catalog_for(providers: Mapping[str, Mapping[str, Any]]) -> Catalog:
     """The catalog with the run-time offers of the configured providers."""
     base = Catalog.load()
+    tables = [base.offers]
+    if "sim" in providers:
+        tables.append(sim_offers(base))
     if "local" not in providers:
-        return base
-    extra = local_offers(base, providers["local"])
-    merged = OfferTable.concat([base.offers, extra])
+        return Catalog(OfferTable.concat(tables), dict(base.accelerators), source=base.source)
+    tables.append(local_offers(base, providers["local"]))
+    merged = OfferTable.concat(tables)
     return Catalog(
         merged, {**base.accelerators, LOCAL_CPU_PART: _CPU_SPEC}, source=f"{base.source}+local"
     )

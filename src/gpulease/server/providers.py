@@ -1,7 +1,9 @@
 """The providers this server rents on, built from the config file's ``providers`` section.
 
-Today: ``local`` (always; settings ``providers.local.{root, gpus, accelerator}``). ``sim``,
-``aws`` and ``slurm`` join here as they land. Moves no states.
+Today: ``local`` (always; settings ``providers.local.{root, gpus, accelerator}``) and ``sim``
+(when the config file has a ``providers.sim`` section, even an empty one: see
+:class:`gpulease.providers.sim_cloud.SimSettings`). ``aws`` and ``slurm`` join here as they land.
+Moves no states.
 """
 
 from __future__ import annotations
@@ -15,13 +17,23 @@ from gpulease.providers.base import Provider
 def provider_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Settings per configured provider (``local`` is always configured)."""
     section = dict(config.get("providers") or {})
-    return {"local": dict(section.get("local") or {})}
+    settings = {"local": dict(section.get("local") or {})}
+    if "sim" in section:
+        settings["sim"] = dict(section.get("sim") or {})
+    return settings
 
 
 def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:
+    from gpulease.config import home
     from gpulease.providers.local import LocalProvider
 
-    return {"local": LocalProvider.from_config(config)}
+    providers: dict[str, Provider] = {"local": LocalProvider.from_config(config)}
+    sim = provider_settings(config).get("sim")
+    if sim is not None:
+        from gpulease.providers.sim import SimProvider
+
+        providers["sim"] = SimProvider.from_config(sim, home() / "sim")
+    return providers
 
 
 def describe(
