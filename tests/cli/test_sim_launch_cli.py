@@ -42,7 +42,9 @@ def test_launch_on_the_sim_provider(user: Cli, tmp_path: Path) -> None:
     assert "launching simjob on sim/" in out.stderr and "sim-ok" in out.stdout
     view = json.loads(user("status", "simjob", "--json", check=True).stdout)["clusters"][0]
     assert view["provider"] == "sim" and view["status"] == "succeeded"
-    assert "sim: enabled" in user("check", check=True).stdout
+    check = user("check", check=True).stdout
+    assert "sim: enabled" in check and "local: enabled" in check
+    assert "aws: disabled — not available in this release" in check
     shell = user("ssh", "simjob", "--command", 'echo "$NODE_RANK $GPULEASE_NUM_NODES"; pwd')
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.splitlines()[0] == "0 1" and "/work" in shell.stdout

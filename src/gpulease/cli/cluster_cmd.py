@@ -185,6 +185,8 @@ def check(as_json: Json = False) -> None:
         print_json({"providers": providers})
         return
     for p in providers:
+        if not p["enabled"]:
+            typer.echo(f"{p['name']}: disabled — {p.get('reason', 'not configured')}")
+            continue
         caps = [k for k in ("stop_start", "spot", "multi_node") if p.get(k)]
-        state = "enabled" if p["enabled"] else "disabled"
-        typer.echo(f"{p['name']}: {state} ({', '.join(caps) or 'basic'})")
+        typer.echo(f"{p['name']}: enabled ({', '.join(caps) or 'basic'})")

@@ -42,7 +42,7 @@ def describe(
     """What ``gpulease check`` shows per provider."""
     from gpulease.providers.base import SupportsMultiNode, SupportsSpot, SupportsStopStart
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, provider in sorted(providers.items()):
         rows.append(
             {
@@ -54,4 +54,15 @@ def describe(
                 "settings": {k: v for k, v in settings.get(name, {}).items() if k != "credentials"},
             }
         )
+    for name, why in UNAVAILABLE.items():
+        if name not in providers:
+            rows.append({"name": name, "enabled": False, "reason": why})
     return rows
+
+
+#: Providers this install knows but does not run, and what it would take.
+UNAVAILABLE = {
+    "sim": "not configured: add a `providers: {sim: {}}` section to the config file",
+    "aws": "not available in this release yet (EC2/S3 provider: planned)",
+    "slurm": "not available in this release yet (Slurm provider: planned)",
+}
