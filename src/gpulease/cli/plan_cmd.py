@@ -31,13 +31,24 @@ def plan(
     """Plan a task: what to rent, where, how long it takes and what it costs."""
     import warnings
 
+    from gpulease.catalog.runtime import catalog_for, configured_providers
+    from gpulease.config import load_config
     from gpulease.optimizer import plan_all
     from gpulease.spec import load_task_with_warnings
 
     task, spec_warnings = load_task_with_warnings(task_file)
+    config = load_config()
+    providers = configured_providers(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = plan_all(task, objective=objective, top=top, launchable=_launchable())
+        result = plan_all(
+            task,
+            catalog=catalog_for(providers),
+            objective=objective,
+            top=top,
+            launchable=frozenset(providers),
+            config=config,
+        )
     if as_json:
         data = result.to_dict()
         data["warnings"] = spec_warnings
@@ -47,11 +58,6 @@ def plan(
     for warning in spec_warnings:
         err.print(f"[yellow]warning:[/] {warning}")
     render(result, title=task.name or task_file.name, verbose=verbose)
-
-
-def _launchable() -> frozenset[str]:
-    """Providers this install can rent on. None yet: launching arrives with the providers."""
-    return frozenset()
 
 
 def render(result: PlanResult, *, title: str, verbose: bool) -> None:

@@ -75,6 +75,8 @@ def _why_first(task: Task, objective: Objective) -> str:
 
 def _shape(plan: Plan) -> str:
     nodes = f"{plan.num_nodes} × " if plan.num_nodes > 1 else ""
+    if plan.gpus_per_node == 0:
+        return f"{nodes}{plan.instance_type}: CPU only"
     mem = f"{plan.gpu_memory_gb:g} GB" if plan.gpu_memory_gb else ""
     return (
         f"{nodes}{plan.instance_type}: {plan.gpus_per_node} × {plan.part} {mem}, "

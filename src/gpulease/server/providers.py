@@ -16,11 +16,9 @@ from gpulease.providers.base import Provider
 
 def provider_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Settings per configured provider (``local`` is always configured)."""
-    section = dict(config.get("providers") or {})
-    settings = {"local": dict(section.get("local") or {})}
-    if "sim" in section:
-        settings["sim"] = dict(section.get("sim") or {})
-    return settings
+    from gpulease.catalog.runtime import configured_providers
+
+    return configured_providers(config)
 
 
 def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:

@@ -18,12 +18,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from gpulease.catalog.runtime import catalog_for
 from gpulease.clock import Clock
 from gpulease.controller import ExecResult, LaunchDocument, LogChunk, NodeRef, task_id_of
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsStopStart
-from gpulease.server.planning import catalog_for, launch_targets
+from gpulease.server.planning import launch_targets
 from gpulease.server.views import cluster_view
 from gpulease.state import (
     Cluster,
