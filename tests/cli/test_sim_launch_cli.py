@@ -53,3 +53,27 @@ def test_launch_on_the_sim_provider(user: Cli, tmp_path: Path) -> None:
     nodes = LocalProvider(user.home / "sim" / "local")
     ids = [p.stem for p in (nodes.root / "instances").glob("*.json")]
     assert ids and node_pids(nodes, ids) == []
+
+
+@pytest.mark.slow
+def test_capacity_error_fails_over_to_the_next_plan(user: Cli, tmp_path: Path) -> None:
+    task = tmp_path / "t4.yaml"
+    task.write_text(
+        "name: fo\nresources:\n  accelerators: T4:1\n  providers: [sim]\nrun: echo failed-over\n"
+    )
+    plans = json.loads(user("plan", str(task), "--json", check=True).stdout)["plans"]
+    first = plans[0]
+    assert first["provider"] == "sim" and first["launchable"]
+    (user.home / "config.yaml").write_text(
+        "providers:\n  sim:\n    time_scale: 3600\n    provision_seconds: [60, 120]\n"
+        f"    no_capacity: [{first['zone'] or first['region']}, {first['region']}]\n"
+    )
+    out = user("launch", str(task))
+    assert out.returncode == 0, out.stderr
+    assert "failed-over" in out.stdout
+    view = json.loads(user("status", "fo", "--json", check=True).stdout)["clusters"][0]
+    history = view["failover_history"]
+    assert history and history[0]["region"] == first["region"]
+    assert "capacity" in history[0]["error"].lower()
+    assert view["region"] != first["region"]
+    user("down", "fo", check=True)

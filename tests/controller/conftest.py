@@ -1,11 +1,8 @@
-"""Fixtures of the reconciler tests: a migrated SQLite DB per test, a virtual clock, the provider
-and agent doubles, and a helper that writes a cluster the way the server does."""
+"""Fixtures of the reconciler tests: a migrated DB per test (SQLite, and the session's real
+PostgreSQL server — tests/dbfixtures.py), a virtual clock, the provider and agent doubles, and a
+helper that writes a cluster the way the server does."""
 
 from __future__ import annotations
-
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
@@ -16,35 +13,24 @@ from gpulease.state import (
     Cluster,
     LaunchTarget,
     create_cluster,
-    make_engine,
     session_scope,
-    upgrade,
 )
 from tests.controller.doubles import FakeAgents, FakeProvider
+
+# every reconciler test runs on SQLite and on the session's real PostgreSQL server
+from tests.dbfixtures import (
+    db_kind,
+    engine,
+    postgres_server,
+    postgres_url,
+    sqlite_template,
+)
 
 OWNER = "gl-owner"
 
 
 def target(region: str = "r1", nodes: int = 1, provider: str = "fake") -> LaunchTarget:
     return LaunchTarget(provider=provider, region=region, instance_type="t1", num_nodes=nodes)
-
-
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "state.db"
-    engine = make_engine(f"sqlite:///{path}")
-    upgrade(engine)
-    engine.dispose()
-    return path
-
-
-@pytest.fixture
-def engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:
-    path = tmp_path / "state.db"
-    shutil.copyfile(sqlite_template, path)
-    eng = make_engine(f"sqlite:///{path}", busy_timeout_s=10)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture
