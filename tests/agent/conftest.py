@@ -18,22 +18,14 @@ import pytest
 from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
 from gpulease.backoff import backoff_delay
+from tests import waiting
 
 TERMINAL = {"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"}
 
 
 def wait_until(fn: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll ``fn`` (jittered backoff, capped at 50 ms) until it returns a truthy value."""
-    deadline = time.monotonic() + timeout
-    attempt = 0
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        attempt += 1
-        time.sleep(backoff_delay(attempt, base=0.005, cap=0.05))
+    return waiting.wait_until(fn, timeout, what, base=0.005, cap=0.05)
 
 
 class AgentProcess:

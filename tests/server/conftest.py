@@ -22,22 +22,10 @@ from gpulease.client.server import read_info
 from gpulease.providers.base import TAG_CLUSTER, Instance, InstanceState
 from gpulease.providers.local import LocalProvider
 from tests.providers.procs import node_pids
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def wait_until(fn: Callable[[], T | None], timeout: float = 60.0, what: str = "it") -> T:
-    deadline = time.monotonic() + timeout
-    attempt = 0
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        attempt += 1
-        time.sleep(backoff_delay(attempt, base=0.02, cap=0.25))
 
 
 class ServerProcess:

@@ -110,15 +110,32 @@ def _failure(snap: Snapshot, nodes: Sequence[NodeView], states: list[str | None]
     return None
 
 
-def setting_up(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
+def _checked(
+    snap: Snapshot, config: ReconcileConfig
+) -> tuple[list[Action], Sequence[NodeView], list[str | None], list[Action] | None]:
+    """(liveness actions, active nodes, their task states, and — when a node is dead or a task
+    failed — the actions that fail the cluster, else None): the checks every running phase
+    starts with."""
     actions, dead = liveness(snap, config)
     nodes = active_nodes(snap)
     if dead:
-        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, dead)]
+        return actions, nodes, [], [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, dead)]
     states = _task_states(snap, nodes)
     failed = _failure(snap, nodes, states)
     if failed:
-        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, failed)]
+        return (
+            actions,
+            nodes,
+            states,
+            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, failed)],
+        )
+    return actions, nodes, states, None
+
+
+def setting_up(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
+    actions, nodes, states, failing = _checked(snap, config)
+    if failing is not None:
+        return failing
     if len(nodes) == snap.cluster.target.num_nodes and all(s in TASK_STARTED for s in states):
         return [*actions, SetCluster(ClusterStatus.RUNNING, "the task runs on every node")]
     return actions + _submissions(snap, nodes)
@@ -147,14 +164,9 @@ def _submissions(snap: Snapshot, nodes: Sequence[NodeView]) -> list[Action]:
 
 
 def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
-    actions, dead = liveness(snap, config)
-    nodes = active_nodes(snap)
-    if dead:
-        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, dead)]
-    states = _task_states(snap, nodes)
-    failed = _failure(snap, nodes, states)
-    if failed:
-        return [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, failed)]
+    actions, nodes, states, failing = _checked(snap, config)
+    if failing is not None:
+        return failing
     if nodes and all(s == "SUCCEEDED" for s in states):
         why = "the task succeeded on every node"
         return [*actions, *_finish(snap, nodes, ClusterStatus.SUCCEEDED, why)]
