@@ -1,0 +1,104 @@
+""":class:`LocalStore`: checkpoints as ``ROOT/step-<N>/`` directories on a local filesystem."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from gpulease.errors import Permanent
+from gpulease.storage.manifest import (
+    MANIFEST,
+    fsync_dir,
+    read_manifest,
+    verify_dir,
+    write_atomic,
+    write_manifest,
+)
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_dir_name(step: int) -> str:
+    """The directory name of checkpoint ``step``."""
+    return f"step-{step}"
+
+
+class LocalStore:
+    """A :class:`~gpulease.storage.CheckpointStore` rooted at a local directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, step: int) -> Path:
+        """The directory of checkpoint ``step``."""
+        return self.root / step_dir_name(step)
+
+    def upload(self, step: int, src: Path) -> None:
+        """Copy every regular file of ``src`` (except a manifest) atomically; manifest last."""
+        dest = self.path(step)
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        names = []
+        for item in sorted(Path(src).iterdir()):
+            if item.is_file() and item.name != MANIFEST and not item.name.startswith("."):
+                write_atomic(dest / item.name, item.read_bytes())
+                names.append(item.name)
+        write_manifest(dest, step, names)
+        fsync_dir(self.root)
+
+    def write(self, step: int, files: dict[str, bytes]) -> None:
+        """Write checkpoint ``step`` from in-memory ``files``: each atomically, manifest last."""
+        dest = self.path(step)
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        for name, data in files.items():
+            if "/" in name or name.startswith(".") or name == MANIFEST:
+                raise ValueError(f"bad checkpoint file name {name!r}")
+            write_atomic(dest / name, data)
+        write_manifest(dest, step, list(files))
+        fsync_dir(self.root)
+
+    def all_steps(self) -> list[int]:
+        """Every step directory present, complete or not, oldest first."""
+        if not self.root.is_dir():
+            return []
+        steps = []
+        for item in self.root.iterdir():
+            match = _STEP_DIR.match(item.name)
+            if match and item.is_dir():
+                steps.append(int(match.group(1)))
+        return sorted(steps)
+
+    def is_complete(self, step: int) -> bool:
+        """True when checkpoint ``step`` has a manifest for that step and its checksums verify."""
+        directory = self.path(step)
+        manifest = read_manifest(directory)
+        return manifest is not None and manifest["step"] == step and verify_dir(directory)
+
+    def list_complete(self) -> list[int]:
+        """Steps whose manifest and checksums verify, oldest first."""
+        return [s for s in self.all_steps() if self.is_complete(s)]
+
+    def download(self, step: int, dest: Path) -> None:
+        """Copy checkpoint ``step`` (manifest included) into ``dest`` and verify the copy."""
+        src = self.path(step)
+        if not self.is_complete(step):
+            raise Permanent(f"checkpoint step {step} in {self.root} is missing or corrupt")
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        for item in src.iterdir():
+            if item.is_file() and not item.name.startswith("."):
+                shutil.copyfile(item, dest / item.name)
+        if not verify_dir(dest):
+            raise Permanent(f"checkpoint step {step} changed while it was downloaded")
+
+    def delete(self, step: int) -> None:
+        """Remove checkpoint ``step``: the manifest first, so a half-deleted one is incomplete."""
+        directory = self.path(step)
+        if not directory.exists():
+            return
+        (directory / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)

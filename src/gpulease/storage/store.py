@@ -1,0 +1,43 @@
+"""The :class:`CheckpointStore` protocol and :func:`store_from_url`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from gpulease.errors import UserInputError
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where complete checkpoints live, keyed by step."""
+
+    def upload(self, step: int, src: Path) -> None:
+        """Copy the data files of directory ``src`` as checkpoint ``step``; manifest last."""
+
+    def list_complete(self) -> list[int]:
+        """Steps whose manifest and checksums verify, oldest first."""
+        ...
+
+    def download(self, step: int, dest: Path) -> None:
+        """Copy checkpoint ``step`` into ``dest``, verifying checksums; raises if it fails."""
+
+    def delete(self, step: int) -> None:
+        """Remove checkpoint ``step`` (no error when absent)."""
+
+
+def store_from_url(url: str) -> CheckpointStore:
+    """Return the store for ``url``: ``local://PATH`` (or a plain path); ``s3://`` not yet."""
+    from gpulease.storage.local import LocalStore
+
+    if url.startswith("local://"):
+        path = url.removeprefix("local://")
+        if not path:
+            raise UserInputError(f"store URL {url!r} has no path (use local:///abs/path)")
+        return LocalStore(Path(path))
+    if url.startswith("s3://"):
+        raise UserInputError(f"store URL {url!r}: s3:// checkpoint storage is not available yet")
+    if "://" in url:
+        scheme = url.split("://", 1)[0]
+        raise UserInputError(f"store URL {url!r}: unknown scheme {scheme!r} (use local://PATH)")
+    return LocalStore(Path(url))

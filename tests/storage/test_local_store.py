@@ -1,0 +1,82 @@
+"""LocalStore: atomic upload, manifest last, verification, download, delete."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpulease.errors import Permanent, UserInputError
+from gpulease.storage import MANIFEST, CheckpointStore, LocalStore, store_from_url, verify_dir
+
+
+def _src(tmp_path: Path, content: bytes = b"weights") -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "model.pt").write_bytes(content)
+    (src / "optim.pt").write_bytes(b"optim" * 100)
+    return src
+
+
+def test_store_from_url(tmp_path: Path) -> None:
+    store = store_from_url(f"local://{tmp_path}")
+    assert isinstance(store, LocalStore)
+    assert isinstance(store, CheckpointStore)
+    assert store.root == tmp_path
+    with pytest.raises(UserInputError, match="not available yet"):
+        store_from_url("s3://bucket/prefix")
+    with pytest.raises(UserInputError, match="unknown scheme"):
+        store_from_url("gs://bucket")
+    with pytest.raises(UserInputError, match="no path"):
+        store_from_url("local://")
+
+
+def test_upload_list_download_delete(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "ckpt")
+    assert store.list_complete() == []
+    store.upload(10, _src(tmp_path, b"a"))
+    store.upload(20, _src(tmp_path, b"b"))
+    assert store.list_complete() == [10, 20]
+    manifest = json.loads((store.path(20) / MANIFEST).read_text())
+    assert manifest["step"] == 20
+    assert set(manifest["files"]) == {"model.pt", "optim.pt"}
+    assert manifest["files"]["model.pt"]["size"] == 1
+    dest = tmp_path / "out"
+    store.download(20, dest)
+    assert (dest / "model.pt").read_bytes() == b"b"
+    assert verify_dir(dest)
+    store.delete(10)
+    store.delete(10)
+    assert store.list_complete() == [20]
+
+
+def test_corrupt_and_partial_checkpoints_are_not_complete(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "ckpt")
+    for step in (1, 2, 3, 4):
+        store.upload(step, _src(tmp_path))
+    (store.path(1) / MANIFEST).unlink()  # crashed before the manifest
+    (store.path(2) / "model.pt").write_bytes(b"weighTs")  # bit flip, same size
+    (store.path(3) / "optim.pt").write_bytes(b"short")  # truncated
+    (store.path(4) / MANIFEST).write_text("{not json")
+    (tmp_path / "ckpt" / "step-5").mkdir()  # empty directory
+    assert store.list_complete() == []
+    assert store.all_steps() == [1, 2, 3, 4, 5]
+    with pytest.raises(Permanent, match="missing or corrupt"):
+        store.download(2, tmp_path / "out")
+
+
+def test_manifest_for_another_step_is_refused(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "ckpt")
+    store.upload(1, _src(tmp_path))
+    store.path(1).rename(store.path(7))
+    assert store.list_complete() == []
+
+
+def test_write_from_memory_leaves_no_temp_files(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write(3, {"a.pt": b"1", "b.pt": b"22"})
+    assert sorted(p.name for p in store.path(3).iterdir()) == ["a.pt", "b.pt", MANIFEST]
+    assert store.list_complete() == [3]
+    with pytest.raises(ValueError, match="bad checkpoint file name"):
+        store.write(4, {"../x": b""})
