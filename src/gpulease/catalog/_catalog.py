@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -123,13 +123,21 @@ class Catalog:
         table = synthetic_table(base.offers, n_offers, seed)
         return cls(table, dict(base.accelerators), source=f"synthetic(n={n_offers}, seed={seed})")
 
-    def with_offers(self, extra: OfferTable, *, label: str) -> Catalog:
+    def with_offers(
+        self,
+        extra: OfferTable,
+        *,
+        label: str,
+        specs: Mapping[str, AcceleratorSpec] | None = None,
+    ) -> Catalog:
         """This catalog plus ``extra`` offers (e.g. the local provider's nodes, built at run time
-        by the provider); ``label`` names them in :attr:`source`."""
-        if len(extra) == 0:
+        by the provider) and the ``specs`` of any parts they add; ``label`` names them in
+        :attr:`source`."""
+        if len(extra) == 0 and not specs:
             return self
         merged = OfferTable.concat([self.offers, extra])
-        return Catalog(merged, dict(self.accelerators), source=f"{self.source}+{label}")
+        accelerators = {**self.accelerators, **(specs or {})}
+        return Catalog(merged, accelerators, source=f"{self.source}+{label}")
 
     # -- specs ----------------------------------------------------------------------------------
 

@@ -107,13 +107,13 @@ def sim_offers(catalog: Catalog) -> OfferTable:
 def catalog_for(providers: Mapping[str, Mapping[str, Any]]) -> Catalog:
     """The catalog with the run-time offers of the configured providers."""
     base = Catalog.load()
-    tables = [base.offers]
+    catalog = base
     if "sim" in providers:
-        tables.append(sim_offers(base))
-    if "local" not in providers:
-        return Catalog(OfferTable.concat(tables), dict(base.accelerators), source=base.source)
-    tables.append(local_offers(base, providers["local"]))
-    merged = OfferTable.concat(tables)
-    return Catalog(
-        merged, {**base.accelerators, LOCAL_CPU_PART: _CPU_SPEC}, source=f"{base.source}+local"
-    )
+        catalog = catalog.with_offers(sim_offers(base), label="sim")
+    if "local" in providers:
+        catalog = catalog.with_offers(
+            local_offers(base, providers["local"]),
+            label="local",
+            specs={LOCAL_CPU_PART: _CPU_SPEC},
+        )
+    return catalog
