@@ -35,6 +35,7 @@ def test_trains_alone_to_a_useful_accuracy() -> None:
     assert _accuracy(out.stdout) > 0.9
 
 
+@pytest.mark.xdist_group("torch-ddp")  # multi-process torch runs one at a time
 def test_trains_as_two_ddp_processes() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

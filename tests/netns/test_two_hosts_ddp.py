@@ -144,6 +144,7 @@ def hosts(tmp_path: Path) -> Iterator[TwoHosts]:
         net.down()
 
 
+@pytest.mark.xdist_group("torch-ddp")  # multi-process torch runs one at a time
 def test_ddp_example_trains_across_two_namespaced_hosts(hosts: TwoHosts) -> None:
     addresses = [h.address for h in hosts.hosts]
     run = (

@@ -11,6 +11,7 @@ from tests.server.conftest import ROOT, ServerProcess, task_body, wait_until
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.xdist_group("torch-ddp")  # multi-process torch runs one at a time
 def test_ddp_on_two_nodes_reaches_world_size_2(server: ServerProcess) -> None:
     from gpulease.spec import load_task
 

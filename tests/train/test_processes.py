@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from gpulease.storage import LocalStore
@@ -123,6 +124,7 @@ def test_preemption_file_alone_stops(tmp_path: Path) -> None:
     assert proc.wait(30) == EXIT_PREEMPTED
 
 
+@pytest.mark.xdist_group("torch-ddp")  # multi-process torch runs one at a time
 def test_two_gloo_ranks_only_rank_0_writes(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
