@@ -11,6 +11,7 @@ from gpulease.storage.local import LocalStore
 from gpulease.storage.manifest import (
     MANIFEST,
     file_digest,
+    is_data_name,
     read_manifest,
     verify_dir,
     write_atomic,
@@ -23,6 +24,7 @@ __all__ = [
     "CheckpointStore",
     "LocalStore",
     "file_digest",
+    "is_data_name",
     "read_manifest",
     "store_from_url",
     "verify_dir",

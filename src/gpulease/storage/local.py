@@ -10,6 +10,7 @@ from gpulease.errors import Permanent
 from gpulease.storage.manifest import (
     MANIFEST,
     fsync_dir,
+    is_data_name,
     read_manifest,
     verify_dir,
     write_atomic,
@@ -42,7 +43,7 @@ class LocalStore:
         dest.mkdir(parents=True)
         names = []
         for item in sorted(Path(src).iterdir()):
-            if item.is_file() and item.name != MANIFEST and not item.name.startswith("."):
+            if item.is_file() and is_data_name(item.name):
                 write_atomic(dest / item.name, item.read_bytes())
                 names.append(item.name)
         write_manifest(dest, step, names)
@@ -55,7 +56,7 @@ class LocalStore:
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
         for name, data in files.items():
-            if "/" in name or name.startswith(".") or name == MANIFEST:
+            if not is_data_name(name):
                 raise ValueError(f"bad checkpoint file name {name!r}")
             write_atomic(dest / name, data)
         write_manifest(dest, step, list(files))
@@ -90,7 +91,7 @@ class LocalStore:
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
         for item in src.iterdir():
-            if item.is_file() and not item.name.startswith("."):
+            if item.is_file() and (is_data_name(item.name) or item.name == MANIFEST):
                 shutil.copyfile(item, dest / item.name)
         if not verify_dir(dest):
             raise Permanent(f"checkpoint step {step} changed while it was downloaded")

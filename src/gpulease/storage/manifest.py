@@ -10,11 +10,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
 _CHUNK = 1 << 20
+_TEMP = re.compile(r"^\..+\.tmp-\d+$")
+
+
+def is_data_name(name: str) -> bool:
+    """True for a checkpoint data file name: flat, not the manifest, not a temp file of ours.
+
+    Dot names are data (``torch.distributed.checkpoint`` writes ``.metadata``); only the temp
+    names of :func:`write_atomic` (``.NAME.tmp-PID``) are not.
+    """
+    return (
+        bool(name)
+        and "/" not in name
+        and name not in {MANIFEST, ".", ".."}
+        and not (_TEMP.match(name))
+    )
 
 
 def fsync_dir(path: Path) -> None:
@@ -78,7 +94,7 @@ def verify_dir(directory: Path) -> bool:
     if manifest is None:
         return False
     for name, entry in manifest["files"].items():
-        if not isinstance(entry, dict) or "/" in name or name.startswith("."):
+        if not isinstance(entry, dict) or not is_data_name(name):
             return False
         path = directory / name
         try:
