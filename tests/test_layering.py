@@ -31,7 +31,17 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"state", "catalog"},
     "bench": {"catalog"},
     "client": {"spec"},
-    "cli": {"client", "spec", "catalog", "estimate", "optimizer", "spot", "bench", "policy"},
+    "cli": {
+        "client",
+        "spec",
+        "catalog",
+        "estimate",
+        "optimizer",
+        "spot",
+        "bench",
+        "policy",
+        "storage",  # `checkpoints list|verify` inspects a store in process, like `plan`
+    },
     "server": {
         "spec",
         "catalog",

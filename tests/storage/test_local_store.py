@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from gpulease.errors import Permanent, UserInputError
-from gpulease.storage import MANIFEST, CheckpointStore, LocalStore, store_from_url, verify_dir
+from gpulease.storage import (
+    MANIFEST,
+    CheckpointStore,
+    LocalStore,
+    read_manifest,
+    store_from_url,
+    verify_dir,
+)
 
 
 def _src(tmp_path: Path, content: bytes = b"weights") -> Path:
@@ -24,8 +33,6 @@ def test_store_from_url(tmp_path: Path) -> None:
     assert isinstance(store, LocalStore)
     assert isinstance(store, CheckpointStore)
     assert store.root == tmp_path
-    with pytest.raises(UserInputError, match="not available yet"):
-        store_from_url("s3://bucket/prefix")
     with pytest.raises(UserInputError, match="unknown scheme"):
         store_from_url("gs://bucket")
     with pytest.raises(UserInputError, match="no path"):
@@ -80,3 +87,50 @@ def test_write_from_memory_leaves_no_temp_files(tmp_path: Path) -> None:
     assert store.list_complete() == [3]
     with pytest.raises(ValueError, match="bad checkpoint file name"):
         store.write(4, {"../x": b""})
+
+
+def test_writer_streams_files_and_writes_the_manifest_from_their_digests(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    big = os.urandom(3 << 20)  # above the size hashed on the helper thread
+    with store.writer(7, {"format": "test"}) as out:
+        with out.open("big.bin") as handle:
+            handle.write(big[: 1 << 20])
+            handle.write(memoryview(big)[1 << 20 :])
+        out.write_bytes(".metadata", b"dot names are data")
+        assert read_manifest(store.path(7)) is None  # nothing is complete before the end
+    manifest = read_manifest(store.path(7))
+    assert manifest is not None and manifest["format"] == "test"
+    assert manifest["files"]["big.bin"] == {
+        "sha256": hashlib.sha256(big).hexdigest(),
+        "size": len(big),
+    }
+    assert (store.path(7) / "big.bin").read_bytes() == big
+    assert store.list_complete() == [7]
+    assert sorted(p.name for p in store.path(7).iterdir()) == [".metadata", "big.bin", MANIFEST]
+
+
+def test_writer_failure_leaves_an_incomplete_step_without_temp_files(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    with pytest.raises(RuntimeError), store.writer(3) as out:
+        out.write_bytes("a.bin", b"complete file")
+        with out.open("b.bin") as handle:
+            handle.write(b"half")
+            raise RuntimeError("killed mid-write")
+    assert store.list_complete() == []
+    assert sorted(p.name for p in store.path(3).iterdir()) == ["a.bin"]
+
+
+def test_writer_transform_and_trailer_are_hashed_as_written(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    with (
+        store.writer(1) as out,
+        out.open(
+            "x.bin",
+            header=b"HDR",
+            transform=lambda chunk: bytes(chunk).upper(),
+            trailer=lambda: b"!",
+        ) as handle,
+    ):
+        handle.write(b"abc")
+    assert (store.path(1) / "x.bin").read_bytes() == b"HDRABC!"
+    assert verify_dir(store.path(1))

@@ -15,6 +15,7 @@ import typer
 
 from gpulease.cli import (
     catalog_cmd,
+    checkpoint_cmd,
     cluster_cmd,
     gpus_cmd,
     launch_cmd,
@@ -40,6 +41,7 @@ app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
 app.command("ssh")(ssh_cmd.ssh)
 app.add_typer(server_cmd.app, name="server")
+app.add_typer(checkpoint_cmd.app, name="checkpoints")
 
 
 @app.command("schema")

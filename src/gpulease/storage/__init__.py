@@ -1,12 +1,15 @@
 """Checkpoint storage: atomic, verified checkpoint directories behind a small protocol.
 
-``store_from_url("local://PATH")`` gives a :class:`LocalStore`; ``s3://`` is not available yet.
-A checkpoint is a directory of data files plus ``manifest.json`` (sha256 and size of each file),
-written last; only checkpoints whose manifest and checksums verify are *complete*.
+``store_from_url("local://PATH")`` gives a :class:`LocalStore`, ``store_from_url("s3://BUCKET/
+PREFIX")`` an :class:`S3Store`. A checkpoint is a set of data files plus ``manifest.json`` (sha256
+and size of each file), written last; only checkpoints whose manifest and checksums verify are
+*complete*. :class:`S3Store` needs boto3 (``gpulease[aws]``), which it imports only when one is
+built: importing this package never imports boto3.
 """
 
 from __future__ import annotations
 
+from gpulease.storage.inspect import CheckpointInfo, inspect_checkpoints, inspect_store
 from gpulease.storage.local import LocalStore
 from gpulease.storage.manifest import (
     MANIFEST,
@@ -17,13 +20,21 @@ from gpulease.storage.manifest import (
     write_atomic,
     write_manifest,
 )
+from gpulease.storage.s3 import S3Store
 from gpulease.storage.store import CheckpointStore, store_from_url
+from gpulease.storage.writer import CheckpointWriter, HashingFile
 
 __all__ = [
     "MANIFEST",
+    "CheckpointInfo",
     "CheckpointStore",
+    "CheckpointWriter",
+    "HashingFile",
     "LocalStore",
+    "S3Store",
     "file_digest",
+    "inspect_checkpoints",
+    "inspect_store",
     "is_data_name",
     "read_manifest",
     "store_from_url",

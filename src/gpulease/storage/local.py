@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gpulease.errors import Permanent
 from gpulease.storage.manifest import (
@@ -16,6 +18,7 @@ from gpulease.storage.manifest import (
     write_atomic,
     write_manifest,
 )
+from gpulease.storage.writer import CheckpointWriter
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -49,18 +52,23 @@ class LocalStore:
         write_manifest(dest, step, names)
         fsync_dir(self.root)
 
-    def write(self, step: int, files: dict[str, bytes]) -> None:
-        """Write checkpoint ``step`` from in-memory ``files``: each atomically, manifest last."""
+    def writer(self, step: int, fields: Mapping[str, Any] | None = None) -> CheckpointWriter:
+        """Start checkpoint ``step`` afresh (any old directory of that step is removed).
+
+        Files opened on the writer are hashed as they are written; the manifest (with
+        ``fields`` added) is written last when the writer closes cleanly.
+        """
         dest = self.path(step)
         if dest.exists():
-            shutil.rmtree(dest)
+            self.delete(step)
         dest.mkdir(parents=True)
-        for name, data in files.items():
-            if not is_data_name(name):
-                raise ValueError(f"bad checkpoint file name {name!r}")
-            write_atomic(dest / name, data)
-        write_manifest(dest, step, list(files))
-        fsync_dir(self.root)
+        return CheckpointWriter(dest, step, fields)
+
+    def write(self, step: int, files: dict[str, bytes]) -> None:
+        """Write checkpoint ``step`` from in-memory ``files``: each atomically, manifest last."""
+        with self.writer(step) as out:
+            for name, data in files.items():
+                out.write_bytes(name, data)
 
     def all_steps(self) -> list[int]:
         """Every step directory present, complete or not, oldest first."""

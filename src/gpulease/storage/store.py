@@ -27,7 +27,10 @@ class CheckpointStore(Protocol):
 
 
 def store_from_url(url: str) -> CheckpointStore:
-    """Return the store for ``url``: ``local://PATH`` (or a plain path); ``s3://`` not yet."""
+    """Return the store for ``url``: ``local://PATH`` (or a plain path), ``s3://BUCKET[/PREFIX]``.
+
+    Raises ``UserInputError`` naming the URL when it cannot name a store.
+    """
     from gpulease.storage.local import LocalStore
 
     if url.startswith("local://"):
@@ -36,8 +39,23 @@ def store_from_url(url: str) -> CheckpointStore:
             raise UserInputError(f"store URL {url!r} has no path (use local:///abs/path)")
         return LocalStore(Path(path))
     if url.startswith("s3://"):
-        raise UserInputError(f"store URL {url!r}: s3:// checkpoint storage is not available yet")
+        return _s3_store(url)
     if "://" in url:
         scheme = url.split("://", 1)[0]
-        raise UserInputError(f"store URL {url!r}: unknown scheme {scheme!r} (use local://PATH)")
+        raise UserInputError(
+            f"store URL {url!r}: unknown scheme {scheme!r} (use local://PATH or s3://BUCKET/PREFIX)"
+        )
     return LocalStore(Path(url))
+
+
+def _s3_store(url: str) -> CheckpointStore:
+    """``s3://BUCKET/PREFIX`` → :class:`~gpulease.storage.s3.S3Store` (imports boto3)."""
+    from gpulease.storage.s3 import S3Store
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise UserInputError(f"store URL {url!r} has no bucket (use s3://BUCKET/PREFIX)")
+    try:
+        return S3Store(bucket, prefix.strip("/"))
+    except UserInputError as exc:
+        raise UserInputError(f"store URL {url!r}: {exc}") from None

@@ -1,0 +1,187 @@
+"""Streaming checkpoint writes: files hashed as they are written, the manifest from those digests.
+
+``LocalStore.writer(step)`` gives a :class:`CheckpointWriter`; ``writer.open(name)`` gives a
+write-only file (:class:`HashingFile`) that a serializer such as ``torch.save`` writes into. The
+bytes go to a temp name, are fsynced and renamed into place on close; the sha256 is computed as
+the bytes pass (on a helper thread for big chunks, so hashing overlaps the write system call)
+instead of by reading the file back. When the writer closes without an error the manifest is
+written last from the recorded digests; after an error there is no manifest, so the step is
+incomplete and restore skips it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from gpulease.storage.manifest import MANIFEST, fsync_dir, is_data_name, write_atomic
+
+_OVERLAP_BYTES = 1 << 20  # chunks this big are hashed on the helper thread during the write
+_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpulease-hash")
+
+Transform = Callable[[bytes | memoryview], bytes]
+
+
+class HashingFile:
+    """A write-only binary file that records sha256 and size; atomic on :meth:`close`.
+
+    ``transform`` (e.g. a streaming cipher's ``update``) is applied to every chunk before it is
+    hashed and written; ``trailer`` (e.g. the cipher's ``finalize``) supplies the final bytes.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        header: bytes = b"",
+        transform: Transform | None = None,
+        trailer: Callable[[], bytes] | None = None,
+    ) -> None:
+        self.path = path
+        self._tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self._fh: IO[bytes] = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._hash = hashlib.sha256()
+        self._transform = transform
+        self._trailer = trailer
+        self.size = 0
+        self.digest: str | None = None
+        if header:
+            self._emit(header)
+
+    def _emit(self, data: bytes | memoryview) -> None:
+        if len(data) >= _OVERLAP_BYTES:
+            hashed = _HASHER.submit(self._hash.update, data)  # releases the GIL for big buffers
+            self._fh.write(data)
+            hashed.result()
+        else:
+            self._hash.update(data)
+            self._fh.write(data)
+        self.size += len(data)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` (transformed when a transform is set); return its length."""
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        self._emit(self._transform(view) if self._transform else view)
+        return len(view)
+
+    def flush(self) -> None:
+        """Flush Python's buffer (durability comes with :meth:`close`)."""
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Finish: trailer, fsync, rename into place; sets :attr:`digest`."""
+        if self.digest is not None:
+            return
+        if self._trailer is not None:
+            self._emit(self._trailer())
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        os.replace(self._tmp, self.path)
+        self.digest = self._hash.hexdigest()
+
+    def abort(self) -> None:
+        """Drop the temp file (after a failed write)."""
+        self._fh.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> HashingFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class CheckpointWriter:
+    """Write the files of one checkpoint directory; the manifest goes last on a clean exit."""
+
+    def __init__(self, directory: Path, step: int, fields: Mapping[str, Any] | None = None) -> None:
+        self.directory = directory
+        self.step = step
+        self.fields = dict(fields or {})
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._open: list[HashingFile] = []
+
+    def open(
+        self,
+        name: str,
+        *,
+        header: bytes = b"",
+        transform: Transform | None = None,
+        trailer: Callable[[], bytes] | None = None,
+    ) -> HashingFile:
+        """A new data file ``name`` in the checkpoint (use it as a context manager)."""
+        if not is_data_name(name):
+            raise ValueError(f"bad checkpoint file name {name!r}")
+        if name in self._entries or any(f.path.name == name for f in self._open):
+            raise ValueError(f"checkpoint file {name!r} written twice")
+        handle = HashingFile(
+            self.directory / name, header=header, transform=transform, trailer=trailer
+        )
+        self._open.append(handle)
+        return handle
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write a whole file from memory."""
+        with self.open(name) as handle:
+            handle.write(data)
+
+    def add_existing(self, name: str, digest: str, size: int) -> None:
+        """Record a file someone else wrote into the directory (already durable)."""
+        self._entries[name] = {"sha256": digest, "size": size}
+
+    def _collect(self) -> None:
+        for handle in self._open:
+            if handle.digest is None:
+                raise ValueError(f"checkpoint file {handle.path.name!r} was not closed")
+            self._entries[handle.path.name] = {"sha256": handle.digest, "size": handle.size}
+        self._open.clear()
+
+    def finish(self) -> dict[str, Any]:
+        """Fsync the directory and write the manifest (last); return it."""
+        self._collect()
+        fsync_dir(self.directory)
+        manifest: dict[str, Any] = {
+            "version": 1,
+            "step": self.step,
+            **self.fields,
+            "files": dict(sorted(self._entries.items())),
+        }
+        write_atomic(self.directory / MANIFEST, json.dumps(manifest, indent=1).encode())
+        fsync_dir(self.directory.parent)
+        return manifest
+
+    def abort(self) -> None:
+        """Drop the temp files of any file still open (the step stays incomplete)."""
+        for handle in self._open:
+            if handle.digest is None:
+                handle.abort()
+        self._open.clear()
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            self.abort()
