@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU check of gpulease.train, under 5 minutes on one GPU: bf16/fp16/tf32 vs fp32 step speed-up of
+# a transformer block, TF32 matmul speed-up, checkpoint throughput to local disk, MFU.
+#
+#   benchmarks/gpu_check.sh [--out PATH.json] [--allow-cpu] [other benchmarks/gpu/run.py options]
+#
+# Runs benchmarks/gpu/run.py with the project's .venv python (or $PYTHON) under a 5-minute limit;
+# results go to --out (default benchmarks/gpu/results/<date>-<part>.json) plus a .md summary.
+# Without a GPU it exits 2 unless --allow-cpu (a tiny CPU smoke run, for the tests).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x "$root/.venv/bin/python" ]]; then python="$root/.venv/bin/python"; else python=python3; fi
+fi
+
+status=0
+timeout --kill-after=10 300 "$python" "$root/benchmarks/gpu/run.py" "$@" || status=$?
+if [[ $status -eq 124 || $status -eq 137 ]]; then
+  echo "gpu_check: stopped at the 5-minute limit; the sections that finished are in the --out file" >&2
+fi
+exit "$status"
