@@ -5,13 +5,17 @@ atomically (optionally async and encrypted); ``on_preemption`` / ``should_stop``
 ``exit_preempted`` turn the agent's SIGTERM notice into a clean exit with code 75.
 ``setup_precision`` picks autocast / GradScaler / TF32 for a mode, ``setup_distributed`` joins the
 process group torchrun or the agent describes, and ``StepTimer`` / ``throughput`` report speed
-and MFU against the catalog's dense peak. Importing this package does not import torch.
+and MFU against the catalog's dense peak; ``tuned_loader`` is a data loader tuned to the machine
+whose position resumes exactly, and ``export_onnx`` exports a model and checks it with
+onnxruntime. Importing this package does not import torch.
 """
 
 from __future__ import annotations
 
 from gpulease.train.distributed import DistInfo, cleanup_distributed, setup_distributed
+from gpulease.train.loader import LoaderSettings, ResumableLoader, tuned_loader
 from gpulease.train.manager import CheckpointManager
+from gpulease.train.onnx_export import OnnxExport, export_onnx
 from gpulease.train.precision import Precision, setup_precision
 from gpulease.train.preemption import (
     EXIT_PREEMPTED,
@@ -25,14 +29,19 @@ __all__ = [
     "EXIT_PREEMPTED",
     "CheckpointManager",
     "DistInfo",
+    "LoaderSettings",
+    "OnnxExport",
     "Precision",
+    "ResumableLoader",
     "StepTimer",
     "Throughput",
     "cleanup_distributed",
     "exit_preempted",
+    "export_onnx",
     "on_preemption",
     "setup_distributed",
     "setup_precision",
     "should_stop",
     "throughput",
+    "tuned_loader",
 ]
