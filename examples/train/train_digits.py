@@ -1,24 +1,41 @@
-"""A small CPU training example: an MLP on scikit-learn's bundled 8×8 digits (no download).
+"""A small CPU training example on the gpulease in-job runtime: an MLP on scikit-learn's bundled
+8×8 digits (no download).
 
 Runs alone (``python train_digits.py``) or as one of several DDP processes under torchrun
 (``torchrun --nnodes=2 --node_rank=R --master_addr=A --master_port=P --nproc_per_node=1
-train_digits.py``): with ``WORLD_SIZE`` > 1 it joins a gloo process group and shards the training
-set with a DistributedSampler. Deterministic for a given seed; prints the test accuracy.
+train_digits.py``). ``gpulease.train`` does the plumbing: ``setup_distributed`` joins the process
+group (gloo on CPU, NCCL on GPU), ``setup_precision`` picks autocast/GradScaler, ``tuned_loader``
+shards and shuffles the data with a resumable position, ``CheckpointManager`` saves model,
+optimizer, loader position and RNG every ``--save-every`` steps (to ``--checkpoint-dir`` or
+``$GPULEASE_CHECKPOINT_DIR``, which gpulease sets on its nodes) and resumes from the newest
+complete checkpoint, and a preemption notice (SIGTERM) saves once more and exits with code 75.
+Deterministic for a given seed — a resumed run ends with the same weights as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
+import time
+from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-from torch.utils.data.distributed import DistributedSampler
+from torch.utils.data import TensorDataset
+
+from gpulease.train import (
+    CheckpointManager,
+    StepTimer,
+    cleanup_distributed,
+    exit_preempted,
+    on_preemption,
+    setup_distributed,
+    setup_precision,
+    should_stop,
+    tuned_loader,
+)
 
 
 def data(seed: int) -> tuple[TensorDataset, TensorDataset]:
@@ -42,57 +59,75 @@ def accuracy(net: nn.Module, test: TensorDataset) -> float:
         return float((net(x).argmax(dim=1) == y).float().mean())
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--precision", default="fp32", help="fp32 | tf32 | bf16 | fp16")
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("GPULEASE_CHECKPOINT_DIR"))
+    parser.add_argument("--save-every", type=int, default=20, help="steps between checkpoints")
+    parser.add_argument("--save-weights", type=Path, help="write the final weights here")
+    parser.add_argument(
+        "--step-delay", type=float, default=0.0, help="sleep per step (to watch or interrupt it)"
+    )
+    return parser.parse_args()
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+
+def main() -> None:
+    args = arguments()
+    info = setup_distributed(timeout_s=120)
     torch.manual_seed(args.seed)
     train, test = data(args.seed)
-    net: nn.Module = model()
-    if world > 1:
-        net = nn.parallel.DistributedDataParallel(net)
-    sampler = (
-        DistributedSampler(train, num_replicas=world, rank=rank, seed=args.seed)
-        if world > 1
-        else None
-    )
-    loader = DataLoader(
-        train,
-        batch_size=args.batch_size,
-        shuffle=sampler is None,
-        sampler=sampler,
-        generator=torch.Generator().manual_seed(args.seed),
-    )
-    optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
+    net = model()
+    params = sum(p.numel() for p in net.parameters())
+    ddp = nn.parallel.DistributedDataParallel(net) if info.world_size > 1 else net
+    precision = setup_precision(args.precision)
+    loader = tuned_loader(train, args.batch_size, seed=args.seed, num_workers=0)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    for epoch in range(args.epochs):
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        net.train()
-        total = 0.0
+    state = {"model": net, "optimizer": optimizer, "loader": loader, "precision": precision}
+
+    mgr = CheckpointManager(args.checkpoint_dir, keep=3) if args.checkpoint_dir else None
+    step = (mgr.restore(**state) if mgr else None) or 0
+    if step and info.is_main:
+        print(f"resumed from step {step} (epoch {loader.epoch + 1})", flush=True)
+    on_preemption()
+    timer = StepTimer(flops_per_sample=6 * params, precision=precision.effective)
+
+    while loader.epoch < args.epochs:
+        epoch, total, seen = loader.epoch, 0.0, 0
+        ddp.train()
         for x, y in loader:
-            optimizer.zero_grad()
-            loss = loss_fn(net(x), y)
-            loss.backward()
-            optimizer.step()
-            total += float(loss) * len(x)
-        if rank == 0:
+            with timer.step(samples=len(x) * info.world_size):
+                optimizer.zero_grad()
+                with precision.autocast():
+                    loss = loss_fn(ddp(x), y)
+                precision.backward(loss)
+                precision.step(optimizer)
+            step += 1
+            total, seen = total + float(loss.detach()) * len(x), seen + len(x)
+            if mgr and (step % args.save_every == 0 or should_stop()):
+                mgr.save(step, **state, extra={"epoch": epoch})
+            if should_stop():  # preempted: the checkpoint above is the one to resume from
+                if mgr:
+                    mgr.wait()
+                exit_preempted()
+            time.sleep(args.step_delay)
+        if info.is_main and seen:
             print(
-                f"epoch {epoch + 1}/{args.epochs} loss {total / len(loader.dataset):.4f}",
+                f"epoch {epoch + 1}/{args.epochs} loss {total / seen:.4f} | {timer.throughput()}",
                 flush=True,
             )
-    if rank == 0:
-        print(f"test accuracy {accuracy(net, test):.4f} (world size {world})", flush=True)
-    if world > 1:
-        dist.destroy_process_group()
+    if mgr:
+        mgr.save(step, **state, extra={"epoch": args.epochs, "final": True})
+        mgr.wait()
+    if info.is_main:
+        print(f"test accuracy {accuracy(net, test):.4f} (world size {info.world_size})", flush=True)
+        if args.save_weights:
+            torch.save(net.state_dict(), args.save_weights)
+    cleanup_distributed()
 
 
 if __name__ == "__main__":
