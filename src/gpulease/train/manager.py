@@ -3,11 +3,14 @@
 Layout: ``DIR/step-<N>/`` with one ``torch.save`` file per object (``<name>.pt``), the RNG states
 (``__rng__.pt``), the ``extra`` values (``__extra__.pt``) and ``manifest.json`` written last by
 :mod:`gpulease.storage`. Only checkpoints whose manifest and checksums verify are restored.
+Sharded state (FSDP, DTensor) is written with ``torch.distributed.checkpoint`` by every rank into
+the same directory; :mod:`gpulease.train.sharded` owns that format.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import io
 import os
 import re
@@ -16,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpulease.errors import Permanent, UserInputError
-from gpulease.storage import CheckpointStore, LocalStore, store_from_url
+from gpulease.storage import CheckpointStore, LocalStore, store_from_url, write_manifest
+from gpulease.storage.manifest import fsync_dir
 from gpulease.train import crypto, rng
 from gpulease.train.snapshot import to_host
 
@@ -24,6 +28,7 @@ DIR_ENV = "GPULEASE_CHECKPOINT_DIR"
 KEY_ENV = "GPULEASE_CHECKPOINT_KEY"
 RNG_FILE = "__rng__.pt"
 EXTRA_FILE = "__extra__.pt"
+DCP_INFO_FILE = "__dcp__.json"  # marks a sharded (torch.distributed.checkpoint) checkpoint
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -68,6 +73,13 @@ class CheckpointManager:
     ``dir`` defaults to ``$GPULEASE_CHECKPOINT_DIR``; ``store`` is an optional URL
     (``local://PATH``) every checkpoint is also uploaded to and restored from when ``dir`` has
     none; ``encrypt_key`` (default ``$GPULEASE_CHECKPOINT_KEY``) turns on AES-256-GCM.
+
+    ``sharded``: ``None`` (default) writes sharded checkpoints with ``torch.distributed.checkpoint``
+    when the world size is > 1 and a module is FSDP-wrapped or any state holds DTensors /
+    ShardedTensors; ``True`` always (even in one process: the checkpoint can then be restored
+    with another world size); ``False`` never (rank 0 writes everything). In sharded mode
+    ``save`` and ``restore`` are collective: every rank must call them, in the same order, and
+    ``dir`` must be one directory shared by all ranks.
     """
 
     def __init__(
@@ -77,6 +89,8 @@ class CheckpointManager:
         store: str | None = None,
         async_save: bool = True,
         encrypt_key: str | None = None,
+        *,
+        sharded: bool | None = None,
     ) -> None:
         directory = dir if dir is not None else os.environ.get(DIR_ENV)
         if not directory:
@@ -90,7 +104,9 @@ class CheckpointManager:
         self.remote: CheckpointStore | None = store_from_url(store) if store else None
         key_text = encrypt_key if encrypt_key is not None else os.environ.get(KEY_ENV)
         self._key = crypto.parse_key(key_text) if key_text else None
+        self.sharded = sharded
         self.extra: dict[str, Any] = {}
+        self._group: Any = None  # the checkpoint's own gloo group, created on first use
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -102,34 +118,81 @@ class CheckpointManager:
 
         The state is copied to host memory before this returns; with ``async_save`` the files are
         written by a background thread (call :meth:`wait` for durability). A save while another is
-        in flight waits for it first. Under ``torch.distributed`` only rank 0 writes.
+        in flight waits for it first. Under ``torch.distributed`` only rank 0 writes replicated
+        state; in sharded mode every rank writes its shards and every rank must call ``save``.
         """
         if step < 0:
             raise UserInputError(f"checkpoint step must be >= 0, got {step}")
         for name in objects:
             if not _NAME.match(name):
                 raise UserInputError(f"checkpoint object name {name!r} must be an identifier")
-        rank, _ = _rank_and_world()
+        rank, world = _rank_and_world()
+        if self._is_sharded(objects, world):
+            self._save_sharded(step, rank, world, extra, objects)
+            return
         if rank != 0:
             return
         snapshot: dict[str, Any] = {n: to_host(o.state_dict()) for n, o in objects.items()}
         rng_state = _portable_rng(rng.capture())
         extra_copy = to_host(dict(extra or {}))
+        self._launch(step, self._write, step, snapshot, rng_state, extra_copy)
+
+    def _is_sharded(self, objects: dict[str, Stateful], world: int) -> bool:
+        if self.sharded is not None:
+            return self.sharded
+        if world == 1:
+            return False
+        from gpulease.train import sharded
+
+        return sharded.uses_sharded_state(objects)
+
+    def _dist_group(self, world: int) -> Any:
+        """The checkpoint's own gloo group (``None`` in one process); collective on first use."""
+        if world == 1:
+            return None
+        if self._group is None:
+            from gpulease.train import sharded
+
+            self._group = sharded.new_group()
+        return self._group
+
+    def _save_sharded(
+        self, step: int, rank: int, world: int, extra: Any, objects: dict[str, Stateful]
+    ) -> None:
+        from gpulease.train import sharded
+
+        group = self._dist_group(world)
+        job = sharded.snapshot(
+            step,
+            objects,
+            rank=rank,
+            world=world,
+            rng=_portable_rng(rng.capture()),
+            extra=to_host(dict(extra or {})),
+        )
+        target = sharded.Target(self.local, self._encode, self._key, self._commit)
+        self._launch(step, sharded.write, job, target, group)
+
+    def _launch(self, step: int, target: Any, *args: Any) -> None:
+        """Run ``target(*args)`` in the background (after the previous save) or right here."""
         with self._lock:
             self._join()
             if self.async_save:
                 self._thread = threading.Thread(
                     target=self._write_guarded,
-                    args=(step, snapshot, rng_state, extra_copy),
+                    args=(target, *args),
                     name=f"gpulease-checkpoint-{step}",
                     daemon=False,
                 )
                 self._thread.start()
             else:
-                self._write(step, snapshot, rng_state, extra_copy)
+                target(*args)
 
     def wait(self) -> None:
-        """Block until the in-flight save is durable; re-raise its error if it failed."""
+        """Block until the in-flight save is durable; re-raise its error if it failed.
+
+        In sharded mode a failure on any rank is raised on every rank.
+        """
         with self._lock:
             self._join()
 
@@ -141,9 +204,9 @@ class CheckpointManager:
             error, self._error = self._error, None
             raise Permanent(f"background checkpoint save failed: {error}") from error
 
-    def _write_guarded(self, *args: Any) -> None:
+    def _write_guarded(self, target: Any, *args: Any) -> None:
         try:
-            self._write(*args)
+            target(*args)
         except BaseException as exc:
             self._error = exc
 
@@ -162,6 +225,15 @@ class CheckpointManager:
         files[RNG_FILE] = self._encode(RNG_FILE, rng_state)
         files[EXTRA_FILE] = self._encode(EXTRA_FILE, extra)
         self.local.write(step, files)
+        self._publish(step)
+
+    def _commit(self, step: int, names: builtins.list[str]) -> None:
+        """Sharded mode, rank 0, after every rank's files are durable: manifest last, publish."""
+        write_manifest(self.local.path(step), step, names)
+        fsync_dir(self.local.root)
+        self._publish(step)
+
+    def _publish(self, step: int) -> None:
         if self.remote is not None:
             self.remote.upload(step, self.local.path(step))
         self._prune(step)
@@ -201,24 +273,58 @@ class CheckpointManager:
         """Load the newest complete checkpoint into ``objects``; restore RNG; set ``extra``.
 
         Returns its step, or ``None`` when there is none (``extra`` is then ``{}``). Incomplete
-        or corrupt checkpoints are skipped; a wrong key raises ``Permanent``.
+        or corrupt checkpoints are skipped; a wrong key raises ``Permanent``. In sharded mode this
+        is collective: rank 0 chooses the step for all ranks, and a sharded checkpoint is
+        resharded to the current world size.
         """
         self.wait()
+        rank, world = _rank_and_world()
+        is_sharded = self._is_sharded(objects, world)
+        group = self._dist_group(world) if is_sharded else None
+        if group is None:
+            step = self._newest()
+        else:
+            from gpulease.train import sharded
+
+            step = sharded.broadcast_step(self._newest, rank, group)
+        if step is None:
+            self.extra = {}
+            return None
+        self._load(self.local.path(step), objects, rank, is_sharded, group)
+        return step
+
+    def _newest(self) -> int | None:
+        """The newest complete step in ``dir`` (fetched from the mirror store when it has none)."""
         if self.remote is not None and self.latest() is None:
             remote_steps = self.remote.list_complete()
             if remote_steps:
                 self.remote.download(remote_steps[-1], self.local.path(remote_steps[-1]))
-        for step in reversed(self.local.all_steps()):
-            directory = self.local.path(step)
-            if not self.local.is_complete(step):  # verified newest first: hash only what we use
-                continue
+        steps = reversed(self.local.all_steps())  # verified newest first: hash only what we use
+        return next((step for step in steps if self.local.is_complete(step)), None)
+
+    def _load(
+        self, directory: Path, objects: dict[str, Stateful], rank: int, is_sharded: bool, group: Any
+    ) -> None:
+        if not (directory / DCP_INFO_FILE).exists():
             states = {n: self._decode(directory, f"{n}.pt") for n in objects}
             rng_state = self._decode(directory, RNG_FILE)
             extra = self._decode(directory, EXTRA_FILE)
-            for name, obj in objects.items():
-                obj.load_state_dict(states[name])
+            if is_sharded:
+                from gpulease.train import sharded
+
+                sharded.load_full(objects, states)
+            else:
+                for name, obj in objects.items():
+                    obj.load_state_dict(states[name])
+        else:
+            from gpulease.train import sharded
+
+            info = sharded.read_info(directory)
+            own_rng = sharded.rng_file(rank)
+            rng_state = self._decode(directory, own_rng) if (directory / own_rng).exists() else None
+            extra = self._decode(directory, EXTRA_FILE)
+            decode = functools.partial(self._decode, directory)
+            sharded.load(directory, objects, info, decode=decode, key=self._key, group=group)
+        if rng_state is not None:
             rng.restore(_native_rng(rng_state))
-            self.extra = dict(extra)
-            return step
-        self.extra = {}
-        return None
+        self.extra = dict(extra)
