@@ -13,6 +13,9 @@
 3. **Checkpoint to local disk**: ``CheckpointManager(async_save=False).save`` of a ~1.5 GB state
    held on the GPU, against a raw sequential write + fsync of the same number of bytes.
 4. **MFU** of each block run against the catalog's dense peak for its precision (headline: bf16).
+5. **Async save stall**: the bf16 block + AdamW trained with an async ``CheckpointManager`` save
+   every few steps against the same loop without saves: what ``save`` blocks (the copy to pinned
+   host memory) and the whole stall per save, as a share of a step and of the save interval.
 
 Block FLOPs per token (training = forward + backward = 3 × forward; a multiply-add is 2 FLOPs):
 ``3 × (8·d² + 4·d·f + 4·S·d)`` — Q, K, V and output projections ``4·d²`` MACs, the FFN ``2·d·f``
@@ -278,6 +281,79 @@ def checkpoint(sizes: Sizes, device: Any, scratch: Path) -> dict[str, Any]:
     }
 
 
+def stall(sizes: Sizes, device: Any, scratch: Path) -> dict[str, Any]:
+    """Training stall per async save: the bf16 block trained with and without saves.
+
+    The model (weights + AdamW state, ~12·d² parameters) is saved every ``steps // 2`` steps with
+    ``CheckpointManager(async_save=True)``; the stall per save is the extra loop time over the
+    same loop without saves, against the plain step time. ``blocking`` is the part ``save``
+    itself takes (the device → pinned host copy).
+    """
+    import torch
+
+    from gpulease.train import CheckpointManager, setup_precision
+
+    prec = setup_precision("bf16", device)
+    torch.manual_seed(0)
+    d = sizes.d_model
+    layer = torch.nn.TransformerEncoderLayer(
+        d, sizes.heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True, device=device
+    )
+    opt = torch.optim.AdamW(layer.parameters(), lr=1e-4)
+    x = torch.randn(sizes.batch, sizes.seq, d, device=device)
+
+    def train_step() -> None:
+        with prec.autocast():
+            loss = layer(x).float().pow(2).mean()
+        prec.backward(loss)
+        prec.step(opt)
+        opt.zero_grad(set_to_none=True)
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="gpu-check-stall-", dir=scratch))
+    steps, every = 2 * sizes.steps, max(1, sizes.steps // 2)
+    try:
+        mgr = CheckpointManager(directory, keep=2, async_save=True)
+        for _ in range(sizes.warmup):
+            train_step()
+        mgr.save(0, model=layer, opt=opt)  # allocates the pinned staging buffers
+        mgr.wait()
+
+        def loop(save: bool) -> tuple[float, list[float]]:
+            blocking: list[float] = []
+            _sync(device)
+            start = time.perf_counter()
+            for step in range(1, steps + 1):
+                train_step()
+                if save and step % every == 0:
+                    t0 = time.perf_counter()
+                    mgr.save(step, model=layer, opt=opt)
+                    blocking.append(time.perf_counter() - t0)
+            _sync(device)
+            elapsed = time.perf_counter() - start
+            mgr.wait()
+            return elapsed, blocking
+
+        plain, _ = loop(save=False)
+        saving, blocking = loop(save=True)
+        plain = min(plain, loop(save=False)[0])
+        checkpoint_bytes = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file()) / 2
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    step_s = plain / steps
+    extra = max(0.0, saving - plain) / len(blocking)
+    return {
+        "checkpoint_bytes": checkpoint_bytes,
+        "steps": steps,
+        "save_every": every,
+        "step_ms": step_s * 1000,
+        "blocking_ms": 1000 * sorted(blocking)[len(blocking) // 2],
+        "stall_per_save_ms": extra * 1000,
+        "stall_share_of_step": extra / step_s,
+        "stall_share_of_interval": extra / (every * step_s),
+    }
+
+
 # -- report --------------------------------------------------------------------------------------
 
 
@@ -329,6 +405,16 @@ def markdown(results: dict[str, Any]) -> str:
             f"({ck['filesystem'] or 'fs unknown'}): CheckpointManager {ck['manager_s']:.2f} s "
             f"({ck['manager_gb_s']:.2f} GB/s) vs raw write+fsync {ck['raw_s']:.2f} s "
             f"({ck['raw_gb_s']:.2f} GB/s) → ×{ck['manager_vs_raw']:.2f} of raw.",
+        ]
+    if "stall" in results:
+        st = results["stall"]
+        lines += [
+            "",
+            f"Async save of the bf16 block + AdamW ({st['checkpoint_bytes'] / 1e9:.2f} GB) every "
+            f"{st['save_every']} steps: step {st['step_ms']:.1f} ms, save() blocks "
+            f"{st['blocking_ms']:.1f} ms, stall per save {st['stall_per_save_ms']:.1f} ms = "
+            f"{st['stall_share_of_step']:.1%} of a step, {st['stall_share_of_interval']:.2%} of "
+            f"the interval.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -415,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         ("block", lambda: block(sizes, device)),
         ("matmul", lambda: matmul(sizes, device, results["accelerator"])),
         ("checkpoint", lambda: checkpoint(sizes, device, args.scratch or out.parent)),
+        ("stall", lambda: stall(sizes, device, args.scratch or out.parent)),
     ]
     for name, run in sections:
         results[name] = run()

@@ -77,3 +77,22 @@ def test_bad_location_is_a_clean_error(cli: Cli, location: str, fragment: str) -
     result = cli("checkpoints", "list", location)
     assert result.returncode == 2
     assert fragment in result.stderr and "Traceback" not in result.stderr
+
+
+def test_list_shows_the_format_of_a_sharded_checkpoint(cli: Cli, tmp_path: Path) -> None:
+    from gpulease.train import CheckpointManager
+
+    ckpt = tmp_path / "dcp"
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    CheckpointManager(ckpt, async_save=False, sharded=True).save(5, model=model, opt=opt)
+
+    data = json.loads(cli("checkpoints", "list", str(ckpt), "--json", check=True).stdout)
+    [info] = data["checkpoints"]
+    assert (info["step"], info["status"], info["format"], info["world_size"]) == (
+        5,
+        "complete",
+        "dcp",
+        1,
+    )
+    assert "dcp ×1" in cli("checkpoints", "list", str(ckpt), check=True).stdout

@@ -14,6 +14,8 @@ from gpulease.storage import (
     MANIFEST,
     CheckpointStore,
     LocalStore,
+    entry_matches,
+    file_digest,
     read_manifest,
     store_from_url,
     verify_dir,
@@ -89,6 +91,31 @@ def test_write_from_memory_leaves_no_temp_files(tmp_path: Path) -> None:
         store.write(4, {"../x": b""})
 
 
+def _tree(data: bytes) -> str:
+    """The manifest checksum written out by hand: sha256 over the sha256s of 16 MiB blocks."""
+    block = 16 << 20
+    digests = b"".join(
+        hashlib.sha256(data[i : i + block]).digest() for i in range(0, len(data), block)
+    )
+    return hashlib.sha256(digests).hexdigest()
+
+
+def test_checksum_is_a_sha256_tree_over_blocks_and_version_1_still_verifies(
+    tmp_path: Path,
+) -> None:
+    data = os.urandom((16 << 20) * 2 + 12345)  # two full blocks and a short one
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    assert file_digest(path) == (_tree(data), len(data))
+    assert entry_matches(path, {"sha256_tree": _tree(data), "size": len(data)})
+    assert entry_matches(path, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+    assert not entry_matches(path, {"sha256": _tree(data), "size": len(data)})
+    assert not entry_matches(path, {"sha256_tree": _tree(data), "size": len(data) + 1})
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert file_digest(empty) == (hashlib.sha256(b"").hexdigest(), 0)
+
+
 def test_writer_streams_files_and_writes_the_manifest_from_their_digests(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     big = os.urandom(3 << 20)  # above the size hashed on the helper thread
@@ -101,7 +128,7 @@ def test_writer_streams_files_and_writes_the_manifest_from_their_digests(tmp_pat
     manifest = read_manifest(store.path(7))
     assert manifest is not None and manifest["format"] == "test"
     assert manifest["files"]["big.bin"] == {
-        "sha256": hashlib.sha256(big).hexdigest(),
+        "sha256_tree": _tree(big),
         "size": len(big),
     }
     assert (store.path(7) / "big.bin").read_bytes() == big

@@ -94,10 +94,11 @@ def test_round_trip_is_byte_exact_with_a_verified_manifest(
     assert verify_dir(dest)
     manifest = json.loads((dest / MANIFEST).read_text())
     assert manifest == {
-        "version": 1,
+        "version": 2,
         "step": 3,
-        "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
-                  for n, d in files.items()},
+        "checksum": "sha256-tree-16MiB",
+        "files": {n: {"sha256_tree": hashlib.sha256(hashlib.sha256(d).digest()).hexdigest(),
+                      "size": len(d)} for n, d in files.items()},  # one block per small file
     }  # fmt: skip
     assert LocalStore(tmp_path / "out").list_complete() == [3]
 
@@ -114,7 +115,8 @@ def test_extra_fields_of_the_source_manifest_are_kept(s3_env: str, tmp_path: Pat
         store.download(step, dest)
         manifest = json.loads((dest / MANIFEST).read_text())
         assert set(manifest["files"]) == {"model.pt"}
-        assert {k: v for k, v in manifest.items() if k not in {"version", "step", "files"}} == extra
+        core = {"version", "step", "checksum", "files"}
+        assert {k: v for k, v in manifest.items() if k not in core} == extra
 
 
 def test_objects_carry_a_sha256_checksum(s3_env: str, aws_env: str, tmp_path: Path) -> None:

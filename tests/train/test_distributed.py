@@ -54,7 +54,8 @@ CHILD = textwrap.dedent(
     fields["sum"] = total.item()
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     fields["timeout_s"] = backend.options._timeout.total_seconds()
-    print("INFO " + json.dumps(fields), flush=True)
+    with open(f"{sys.argv[1]}/info-{info.rank}.json", "w") as out:  # not stdout: lines interleave
+        json.dump(fields, out)
     cleanup_distributed()
     assert not dist.is_initialized()
     """
@@ -76,8 +77,8 @@ def _child_env() -> dict[str, str]:
     return {**env, "CUDA_VISIBLE_DEVICES": ""}
 
 
-def _infos(stdout: str) -> list[dict[str, object]]:
-    found = [json.loads(line[5:]) for line in stdout.splitlines() if line.startswith("INFO ")]
+def _infos(directory: Path) -> list[dict[str, object]]:
+    found = [json.loads(path.read_text()) for path in directory.glob("info-*.json")]
     return sorted(found, key=lambda info: int(str(info["rank"])))
 
 
@@ -171,7 +172,7 @@ def test_two_processes_under_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     proc = subprocess.run(
-        [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(script)],
+        [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(script), str(tmp_path)],
         env=_child_env(),
         capture_output=True,
         text=True,
@@ -179,7 +180,7 @@ def test_two_processes_under_torchrun(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    infos = _infos(proc.stdout)
+    infos = _infos(tmp_path)
     assert [i["rank"] for i in infos] == [0, 1]
     assert [i["local_rank"] for i in infos] == [0, 1]
     assert [i["is_main"] for i in infos] == [True, False]
@@ -203,7 +204,7 @@ def test_one_process_per_node_from_the_gpulease_env(tmp_path: Path) -> None:
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script)],
+            [sys.executable, str(script), str(tmp_path)],
             env={**base, "GPULEASE_NODE_RANK": str(rank)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -213,7 +214,7 @@ def test_one_process_per_node_from_the_gpulease_env(tmp_path: Path) -> None:
     ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
-    infos = _infos("".join(out for out, _ in outputs))
+    infos = _infos(tmp_path)
     assert [(i["rank"], i["node_rank"], i["local_rank"]) for i in infos] == [(0, 0, 0), (1, 1, 0)]
     for info in infos:
         assert info["world_size"] == 2 and info["num_nodes"] == 2

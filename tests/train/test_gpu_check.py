@@ -52,9 +52,13 @@ def test_cpu_smoke_run_writes_the_results(tmp_path: Path) -> None:
     assert ckpt["state_bytes"] == 8 * 2**20
     assert ckpt["checkpoint_bytes"] > ckpt["state_bytes"]
     assert ckpt["manager_gb_s"] > 0 and ckpt["raw_gb_s"] > 0
-    assert not list(out.parent.glob("gpu-check-ckpt-*"))  # scratch removed
+    stall = results["stall"]
+    assert stall["checkpoint_bytes"] > 0 and stall["blocking_ms"] > 0 and stall["step_ms"] > 0
+    assert stall["stall_share_of_interval"] <= stall["stall_share_of_step"]
+    assert not list(out.parent.glob("gpu-check-*"))  # scratch removed
     summary = out.with_suffix(".md").read_text()
     assert "no GPU (CPU smoke run)" in summary and "CheckpointManager" in summary
+    assert "stall per save" in summary
 
 
 def test_without_a_gpu_it_refuses_unless_allowed(tmp_path: Path) -> None:

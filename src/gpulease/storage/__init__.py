@@ -9,11 +9,11 @@ built: importing this package never imports boto3.
 
 from __future__ import annotations
 
+from gpulease.storage.digest import CHECKSUM, entry_matches, file_digest
 from gpulease.storage.inspect import CheckpointInfo, inspect_checkpoints, inspect_store
 from gpulease.storage.local import LocalStore
 from gpulease.storage.manifest import (
     MANIFEST,
-    file_digest,
     is_data_name,
     read_manifest,
     verify_dir,
@@ -25,6 +25,7 @@ from gpulease.storage.store import CheckpointStore, store_from_url
 from gpulease.storage.writer import CheckpointWriter, HashingFile
 
 __all__ = [
+    "CHECKSUM",
     "MANIFEST",
     "CheckpointInfo",
     "CheckpointStore",
@@ -32,6 +33,7 @@ __all__ = [
     "HashingFile",
     "LocalStore",
     "S3Store",
+    "entry_matches",
     "file_digest",
     "inspect_checkpoints",
     "inspect_store",

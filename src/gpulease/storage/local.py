@@ -81,6 +81,11 @@ class LocalStore:
                 steps.append(int(match.group(1)))
         return sorted(steps)
 
+    def has_manifest(self, step: int) -> bool:
+        """True when checkpoint ``step`` has a readable manifest for that step (no hashing)."""
+        manifest = read_manifest(self.path(step))
+        return manifest is not None and manifest["step"] == step
+
     def is_complete(self, step: int) -> bool:
         """True when checkpoint ``step`` has a manifest for that step and its checksums verify."""
         directory = self.path(step)

@@ -1,21 +1,24 @@
 """Atomic file writes and the checkpoint manifest (DESIGN.md principle 8).
 
 Every file is written under a temporary name, fsynced, then renamed into place, and the directory
-is fsynced; ``manifest.json`` (``{"version": 1, "step": N, "files": {name: {sha256, size}}}``) is
-written last, so a directory without a valid manifest is an incomplete checkpoint.
+is fsynced; ``manifest.json`` (``{"version": 2, "step": N, "checksum": "sha256-tree-16MiB", ...,
+"files": {name: {"sha256_tree", "size"}}}``, see :mod:`gpulease.storage.digest`) is written last,
+so a directory without a valid manifest is an incomplete checkpoint.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulease.storage.digest import CHECKSUM, entry, entry_matches, file_digest
+
 MANIFEST = "manifest.json"
-_CHUNK = 1 << 20
+MANIFEST_VERSION = 2
 _TEMP = re.compile(r"^\..+\.tmp-\d+$")
 
 
@@ -53,24 +56,25 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def file_digest(path: Path) -> tuple[str, int]:
-    """Return the sha256 hex digest and size of a file."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
+def new_manifest(
+    step: int, entries: dict[str, dict[str, Any]], fields: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The manifest of checkpoint ``step`` with ``entries`` ({name: :func:`digest.entry`})."""
+    return {
+        "version": MANIFEST_VERSION,
+        "step": step,
+        "checksum": CHECKSUM,
+        **(fields or {}),
+        "files": dict(sorted(entries.items())),
+    }
 
 
-def write_manifest(directory: Path, step: int, files: list[str]) -> dict[str, Any]:
+def write_manifest(
+    directory: Path, step: int, files: list[str], fields: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Hash ``files`` (names inside ``directory``) and write the manifest last, atomically."""
-    entries: dict[str, Any] = {}
-    for name in sorted(files):
-        digest, size = file_digest(directory / name)
-        entries[name] = {"sha256": digest, "size": size}
-    manifest: dict[str, Any] = {"version": 1, "step": step, "files": entries}
+    entries = {name: entry(*file_digest(directory / name)) for name in files}
+    manifest = new_manifest(step, entries, fields)
     write_atomic(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
     return manifest
 
@@ -89,20 +93,11 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
 
 
 def verify_dir(directory: Path) -> bool:
-    """True when the manifest exists and every listed file has the recorded size and sha256."""
+    """True when the manifest exists and every listed file has the recorded size and checksum."""
     manifest = read_manifest(directory)
     if manifest is None:
         return False
-    for name, entry in manifest["files"].items():
-        if not isinstance(entry, dict) or not is_data_name(name):
-            return False
-        path = directory / name
-        try:
-            if path.stat().st_size != entry.get("size"):
-                return False
-            digest, _ = file_digest(path)
-        except OSError:
-            return False
-        if digest != entry.get("sha256"):
-            return False
-    return True
+    return all(
+        is_data_name(name) and isinstance(value, dict) and entry_matches(directory / name, value)
+        for name, value in manifest["files"].items()
+    )

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
+from gpulease.storage.digest import entry, entry_is_valid, entry_matches, file_digest
 from gpulease.storage.manifest import (
     MANIFEST,
-    file_digest,
     is_data_name,
+    new_manifest,
     read_manifest,
     write_atomic,
 )
@@ -50,8 +51,7 @@ _DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 _BUCKET = re.compile(r"^[A-Za-z0-9._-]{1,255}$")  # what botocore accepts as a bucket name
 _MAX_PREFIX_BYTES = 512  # S3 keys are at most 1024 bytes; leave room for step-<N>/<file>
 _STEP_KEY = re.compile(r"^step-(0|[1-9][0-9]*)/([^/]+)$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_CORE_FIELDS = {"version", "step", "files"}
+_CORE_FIELDS = {"version", "step", "checksum", "files"}
 _RETRYABLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -130,7 +130,7 @@ def parse_manifest(data: bytes, step: int) -> dict[str, Any] | None:
         manifest = json.loads(data)
     except ValueError:
         return None
-    if not isinstance(manifest, dict) or manifest.get("version") != 1:
+    if not isinstance(manifest, dict) or manifest.get("version") not in (1, 2):
         return None
     if manifest.get("step") != step or isinstance(manifest.get("step"), bool):
         return None
@@ -140,17 +140,8 @@ def parse_manifest(data: bytes, step: int) -> dict[str, Any] | None:
     return manifest
 
 
-def _valid_entry(name: object, entry: object) -> bool:
-    if not isinstance(name, str) or not is_data_name(name) or not isinstance(entry, dict):
-        return False
-    size, digest = entry.get("size"), entry.get("sha256")
-    return (
-        isinstance(size, int)
-        and not isinstance(size, bool)
-        and size >= 0
-        and isinstance(digest, str)
-        and bool(_SHA256.match(digest))
-    )
+def _valid_entry(name: object, value: object) -> bool:
+    return isinstance(name, str) and is_data_name(name) and entry_is_valid(value)
 
 
 def _sizes_match(manifest: dict[str, Any], sizes: dict[str, int]) -> bool:
@@ -247,8 +238,8 @@ class S3Store:
         for path in files:
             digest, size = file_digest(path)
             self._put_file(path, self.key(step, path.name))
-            entries[path.name] = {"sha256": digest, "size": size}
-        manifest = {"version": 1, "step": step, **fields, "files": entries}
+            entries[path.name] = entry(digest, size)
+        manifest = new_manifest(step, entries, fields)
         self._put_bytes(self.key(step, MANIFEST), json.dumps(manifest, indent=1).encode())
         log.debug("uploaded checkpoint step %d to %s (%d files)", step, self.url, len(files))
 
@@ -363,18 +354,16 @@ class S3Store:
         manifest = parse_manifest(raw, step)
         return None if manifest is None else (raw, manifest)
 
-    def _fetch_verified(self, step: int, name: str, entry: dict[str, Any], path: Path) -> None:
+    def _fetch_verified(self, step: int, name: str, value: dict[str, Any], path: Path) -> None:
         key = self.key(step, name)
         with self._aws(f"download s3://{self.bucket}/{key}"):
             self._client.download_file(
                 Bucket=self.bucket, Key=key, Filename=str(path), Config=self._transfer
             )
-        digest, size = file_digest(path)
-        if size != entry["size"] or digest != entry["sha256"]:
+        if not entry_matches(path, value):
             raise Permanent(
                 f"checkpoint step {step} in {self.url}: {name} does not match its manifest "
-                f"(size {size} vs {entry['size']}, sha256 {digest[:12]}… vs "
-                f"{entry['sha256'][:12]}…); the copy in S3 is corrupt"
+                f"(size or checksum); the copy in S3 is corrupt"
             )
 
     def _delete_keys(self, keys: list[str]) -> None:

@@ -2,8 +2,8 @@
 
 ``LocalStore.writer(step)`` gives a :class:`CheckpointWriter`; ``writer.open(name)`` gives a
 write-only file (:class:`HashingFile`) that a serializer such as ``torch.save`` writes into. The
-bytes go to a temp name, are fsynced and renamed into place on close; the sha256 is computed as
-the bytes pass (on a helper thread for big chunks, so hashing overlaps the write system call)
+bytes go to a temp name, are fsynced and renamed into place on close; the checksum is computed as
+the bytes pass (on a helper thread, so hashing overlaps the writing and the serializer)
 instead of by reading the file back. When the writer closes without an error the manifest is
 written last from the recorded digests; after an error there is no manifest, so the step is
 incomplete and restore skips it.
@@ -11,19 +11,15 @@ incomplete and restore skips it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from gpulease.storage.manifest import MANIFEST, fsync_dir, is_data_name, write_atomic
-
-_OVERLAP_BYTES = 1 << 20  # chunks this big are hashed on the helper thread during the write
-_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpulease-hash")
+from gpulease.storage.digest import TreeHasher, entry
+from gpulease.storage.manifest import MANIFEST, fsync_dir, is_data_name, new_manifest, write_atomic
 
 Transform = Callable[[bytes | memoryview], bytes]
 
@@ -33,6 +29,9 @@ class HashingFile:
 
     ``transform`` (e.g. a streaming cipher's ``update``) is applied to every chunk before it is
     hashed and written; ``trailer`` (e.g. the cipher's ``finalize``) supplies the final bytes.
+    Big chunks are hashed on a helper thread while the writer goes on, so the caller must not
+    change a buffer it passed to :meth:`write` before :meth:`close` (``torch.save`` of a snapshot
+    does not: its tensors stay untouched until the save is over).
     """
 
     def __init__(
@@ -46,7 +45,7 @@ class HashingFile:
         self.path = path
         self._tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         self._fh: IO[bytes] = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
-        self._hash = hashlib.sha256()
+        self._hash = TreeHasher()
         self._transform = transform
         self._trailer = trailer
         self.size = 0
@@ -55,13 +54,8 @@ class HashingFile:
             self._emit(header)
 
     def _emit(self, data: bytes | memoryview) -> None:
-        if len(data) >= _OVERLAP_BYTES:
-            hashed = _HASHER.submit(self._hash.update, data)  # releases the GIL for big buffers
-            self._fh.write(data)
-            hashed.result()
-        else:
-            self._hash.update(data)
-            self._fh.write(data)
+        self._hash.update(data)  # full blocks hash on the pool while the writing goes on
+        self._fh.write(data)
         self.size += len(data)
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
@@ -88,6 +82,7 @@ class HashingFile:
 
     def abort(self) -> None:
         """Drop the temp file (after a failed write)."""
+        self._hash.cancel()
         self._fh.close()
         self._tmp.unlink(missing_ok=True)
 
@@ -142,25 +137,20 @@ class CheckpointWriter:
 
     def add_existing(self, name: str, digest: str, size: int) -> None:
         """Record a file someone else wrote into the directory (already durable)."""
-        self._entries[name] = {"sha256": digest, "size": size}
+        self._entries[name] = entry(digest, size)
 
     def _collect(self) -> None:
         for handle in self._open:
             if handle.digest is None:
                 raise ValueError(f"checkpoint file {handle.path.name!r} was not closed")
-            self._entries[handle.path.name] = {"sha256": handle.digest, "size": handle.size}
+            self._entries[handle.path.name] = entry(handle.digest, handle.size)
         self._open.clear()
 
     def finish(self) -> dict[str, Any]:
         """Fsync the directory and write the manifest (last); return it."""
         self._collect()
         fsync_dir(self.directory)
-        manifest: dict[str, Any] = {
-            "version": 1,
-            "step": self.step,
-            **self.fields,
-            "files": dict(sorted(self._entries.items())),
-        }
+        manifest = new_manifest(self.step, self._entries, self.fields)
         write_atomic(self.directory / MANIFEST, json.dumps(manifest, indent=1).encode())
         fsync_dir(self.directory.parent)
         return manifest

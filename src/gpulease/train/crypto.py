@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Callable
 
 from gpulease.errors import Permanent, UserInputError
 
@@ -42,6 +43,26 @@ def encrypt(key: bytes, name: str, data: bytes) -> bytes:
 
     nonce = os.urandom(_NONCE)
     return MAGIC + nonce + AESGCM(key).encrypt(nonce, data, name.encode())
+
+
+def stream_encryptor(
+    key: bytes, name: str
+) -> tuple[bytes, Callable[[bytes | memoryview], bytes], Callable[[], bytes]]:
+    """Encrypt file ``name`` while it is written: ``(header, update, finish)``.
+
+    Writing ``header``, then ``update(chunk)`` for every chunk, then ``finish()`` produces the same
+    format as :func:`encrypt` (AES-GCM's ciphertext followed by its 16-byte tag).
+    """
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    nonce = os.urandom(_NONCE)
+    encryptor = Cipher(algorithms.AES(key), modes.GCM(nonce)).encryptor()
+    encryptor.authenticate_additional_data(name.encode())
+
+    def finish() -> bytes:
+        return encryptor.finalize() + encryptor.tag
+
+    return MAGIC + nonce, encryptor.update, finish
 
 
 def decrypt(key: bytes | None, name: str, blob: bytes) -> bytes:

