@@ -21,6 +21,7 @@ from gpulease.cli import (
     launch_cmd,
     plan_cmd,
     server_cmd,
+    spot_cmd,
     ssh_cmd,
 )
 
@@ -40,6 +41,7 @@ app.command("gpus")(gpus_cmd.gpus)
 app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
 app.command("ssh")(ssh_cmd.ssh)
+app.command("spot-sim")(spot_cmd.spot_sim)
 app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")
 
