@@ -193,6 +193,10 @@ def test_str_is_a_log_line() -> None:
         "step 250.0 ms | 256.0 samples/s | 524,288 tokens/s | 400.0 TFLOPS | "
         "MFU 40.4% of 989.4 TFLOPS peak (H100-SXM)"
     )
+    small = Throughput(
+        step_time_s=0.001, samples_per_s=64_000.0, tokens_per_s=0.0, achieved_tflops=0.0123
+    )
+    assert str(small) == "step 1.0 ms | 64,000.0 samples/s | 12.3 GFLOPS"  # CPU-sized runs
 
 
 def test_catalog_is_loaded_once() -> None:

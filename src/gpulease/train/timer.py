@@ -51,7 +51,8 @@ class Throughput:
         if self.tokens_per_s:
             parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
         if self.achieved_tflops is not None:
-            parts.append(f"{self.achieved_tflops:,.1f} TFLOPS")
+            tflops = self.achieved_tflops
+            parts.append(f"{tflops:,.1f} TFLOPS" if tflops >= 1 else f"{tflops * 1000:,.1f} GFLOPS")
         if self.mfu is not None and self.peak_tflops is not None:
             parts.append(
                 f"MFU {self.mfu:.1%} of {self.peak_tflops:,.1f} TFLOPS peak ({self.accelerator})"
