@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -41,17 +40,12 @@ def test_trains_alone_to_a_useful_accuracy() -> None:
 
 @pytest.mark.xdist_group("torch-ddp")  # multi-process torch runs one at a time
 def test_trains_as_two_ddp_processes() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     torchrun = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nnodes=1",
+        "--standalone",  # torchrun picks a free port itself: no race with other tests
         "--nproc_per_node=2",
-        "--master_addr=127.0.0.1",
-        f"--master_port={port}",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
@@ -59,9 +53,10 @@ def test_trains_as_two_ddp_processes() -> None:
         capture_output=True,
         text=True,
         timeout=300,
-        check=True,
+        check=False,
         env=env,
     )
+    assert out.returncode == 0, out.stderr[-4000:]
     assert "(world size 2)" in out.stdout
     assert _accuracy(out.stdout) > 0.85
 
