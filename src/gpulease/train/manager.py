@@ -170,7 +170,7 @@ class CheckpointManager:
         extra_copy = to_host(dict(extra or {}))
 
         def stage() -> tuple[Any, ...]:  # runs once the previous write released the buffers
-            snapshot = {n: self._stager.stage(o.state_dict(), (n,)) for n, o in objects.items()}
+            snapshot = self._stager.stage_all({n: o.state_dict() for n, o in objects.items()})
             return (step, snapshot, rng_state, extra_copy)
 
         self._launch(step, self._write, stage)

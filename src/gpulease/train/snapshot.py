@@ -42,6 +42,16 @@ class HostStager:
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[Any, ...], Any] = {}
+        self._touched: set[tuple[Any, ...]] = set()
+
+    def stage_all(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Stage several named state dicts; buffers no longer used (a shape changed, an object
+        is no longer saved) are released."""
+        self._touched = set()
+        staged = {name: self.stage(value, (name,)) for name, value in values.items()}
+        for key in set(self._buffers) - self._touched:
+            del self._buffers[key]
+        return staged
 
     def stage(self, value: Any, path: tuple[Any, ...] = ()) -> Any:
         """Like :func:`to_host`, reusing the buffer of the same path, shape and dtype."""
@@ -72,6 +82,7 @@ class HostStager:
         if src.layout != torch.strided or src.is_quantized or src.numel() < 1024:
             return src.to("cpu", copy=True)  # small or exotic tensors: a plain copy
         key = (*path, tuple(src.shape), src.dtype)
+        self._touched.add(key)
         buffer = self._buffers.get(key)
         if buffer is None:
             buffer = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=src.is_cuda)
