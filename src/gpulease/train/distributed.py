@@ -77,10 +77,17 @@ def setup_distributed(backend: str | None = None, timeout_s: float = 1800) -> Di
 
 
 def cleanup_distributed() -> None:
-    """Destroy the process group (if any) so the next :func:`setup_distributed` starts afresh."""
+    """Destroy the process group (if any) so the next :func:`setup_distributed` starts afresh.
+
+    Collective: every rank calls it. A barrier comes first, so no rank tears its connections down
+    while a peer still uses them (with gloo that aborts the peer: "terminate called without an
+    active exception").
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        if dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
     _state["info"] = None
 
