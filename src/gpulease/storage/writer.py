@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from gpulease.storage.digest import TreeHasher, entry
 from gpulease.storage.manifest import MANIFEST, fsync_dir, is_data_name, new_manifest, write_atomic
@@ -24,7 +24,31 @@ from gpulease.storage.manifest import MANIFEST, fsync_dir, is_data_name, new_man
 Transform = Callable[[bytes | memoryview], bytes]
 
 
-class HashingFile:
+class _AllOrNothing:
+    """A context manager that commits on a clean exit and aborts after an exception."""
+
+    def _commit(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self._commit()
+        else:
+            self.abort()
+
+
+class HashingFile(_AllOrNothing):
     """A write-only binary file that records sha256 and size; atomic on :meth:`close`.
 
     ``transform`` (e.g. a streaming cipher's ``update``) is applied to every chunk before it is
@@ -86,22 +110,11 @@ class HashingFile:
         self._fh.close()
         self._tmp.unlink(missing_ok=True)
 
-    def __enter__(self) -> HashingFile:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+    def _commit(self) -> None:
+        self.close()
 
 
-class CheckpointWriter:
+class CheckpointWriter(_AllOrNothing):
     """Write the files of one checkpoint directory; the manifest goes last on a clean exit."""
 
     def __init__(self, directory: Path, step: int, fields: Mapping[str, Any] | None = None) -> None:
@@ -162,16 +175,5 @@ class CheckpointWriter:
                 handle.abort()
         self._open.clear()
 
-    def __enter__(self) -> CheckpointWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.finish()
-        else:
-            self.abort()
+    def _commit(self) -> None:
+        self.finish()
