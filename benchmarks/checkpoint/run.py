@@ -41,6 +41,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpulease.storage.manifest import fsync_path
+
 MB = 1_000_000
 CHUNK_ELEMS = 16 * MB // 4  # 16 MB fp32 tensors, like the layers of a real model
 
@@ -57,14 +59,6 @@ class Blob(nn.Module):
         self.chunks = nn.ParameterList(nn.Parameter(torch.randn(n)) for n in sizes)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def raw_write(module: nn.Module, path: Path) -> float:
     """Seconds to write the module's tensor bytes sequentially to one file, fsynced."""
     start = time.perf_counter()
@@ -73,7 +67,7 @@ def raw_write(module: nn.Module, path: Path) -> float:
             fh.write(memoryview(tensor.numpy()).cast("B"))
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
     return time.perf_counter() - start
 
 

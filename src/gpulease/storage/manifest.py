@@ -36,13 +36,16 @@ def is_data_name(name: str) -> bool:
     )
 
 
-def fsync_dir(path: Path) -> None:
-    """Fsync a directory so a rename inside it is durable."""
+def fsync_path(path: Path) -> None:
+    """Fsync an existing file or directory (a directory: so a rename inside it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path  # the name the callers that sync directories use
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulease.errors import Permanent, UserInputError
+from gpulease.storage.manifest import fsync_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -333,14 +334,6 @@ def _opset(onnx_path: Path) -> int:
 # -- placing the files -------------------------------------------------------------------------
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _place(staging: Path, onnx_name: str, target: Path) -> tuple[Path, ...]:
     """Move the staged external-data files, then the ``.onnx`` file, into ``target``'s folder."""
     data_files = []
@@ -349,13 +342,13 @@ def _place(staging: Path, onnx_name: str, target: Path) -> tuple[Path, ...]:
             continue
         if not item.is_file():
             raise Permanent(f"the ONNX exporter wrote a non-file {item.name!r}")
-        _fsync(item)
+        fsync_path(item)
         dest = target.parent / item.name
         os.replace(item, dest)
         data_files.append(dest)
-    _fsync(staging / onnx_name)
+    fsync_path(staging / onnx_name)
     os.replace(staging / onnx_name, target)
-    _fsync(target.parent)
+    fsync_path(target.parent)
     return tuple(data_files)
 
 
