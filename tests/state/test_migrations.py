@@ -18,7 +18,7 @@ from gpulease.state import current_revision, head_revision, upgrade
 from gpulease.state.migrate import MIGRATIONS_DIR, _config
 from gpulease.state.models import Base
 
-TABLES = {"clusters", "nodes", "launch_intents", "status_changes", "server_identity"}
+TABLES = {"jobs", "clusters", "nodes", "launch_intents", "status_changes", "server_identity"}
 
 
 def test_upgrade_from_empty_reaches_head(empty_engine: Engine) -> None:
@@ -81,7 +81,8 @@ def test_the_migrations_are_part_of_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "__init__.py").is_file()
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert sorted(p.name for p in (MIGRATIONS_DIR / "versions").glob("0*.py")) == [
-        "0001_initial.py"
+        "0001_initial.py",
+        "0002_jobs.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

@@ -18,6 +18,7 @@ from gpulease.cli import (
     checkpoint_cmd,
     cluster_cmd,
     gpus_cmd,
+    jobs_cmd,
     launch_cmd,
     plan_cmd,
     server_cmd,
@@ -44,6 +45,7 @@ app.command("ssh")(ssh_cmd.ssh)
 app.command("spot-sim")(spot_cmd.spot_sim)
 app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")
+app.add_typer(jobs_cmd.app, name="jobs")
 
 
 @app.command("schema")

@@ -13,13 +13,14 @@ from gpulease.client.errors import (
     ServerUnavailable,
     Unauthorized,
 )
-from gpulease.client.http import Client, LogChunk
+from gpulease.client.http import Client, JobLogChunk, LogChunk
 from gpulease.client.server import ServerInfo, connect, read_info, running, stop
 
 __all__ = [
     "Client",
     "Conflict",
     "InvalidRequest",
+    "JobLogChunk",
     "LogChunk",
     "NotFound",
     "ServerError",

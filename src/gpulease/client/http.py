@@ -23,6 +23,19 @@ class LogChunk:
     cluster_status: str
 
 
+@dataclass(frozen=True, slots=True)
+class JobLogChunk:
+    """A piece of a managed job's output: of attempt ``attempt`` (offsets restart at 0 with
+    every attempt, each on fresh nodes)."""
+
+    data: bytes
+    next_offset: int
+    complete: bool
+    task_state: str
+    job_status: str
+    attempt: int
+
+
 class Client:
     def __init__(
         self,
@@ -107,6 +120,46 @@ class Client:
     ) -> dict[str, Any]:
         body = {"command": command, "rank": rank, "timeout_s": timeout_s}
         return self._json("POST", f"/v1/clusters/{name}/exec", json=body, timeout=timeout_s + 30.0)
+
+    # ---- managed jobs -----------------------------------------------------------------------
+
+    def job_launch(
+        self, task: Mapping[str, Any], *, name: str | None = None, workdir: str | None = None
+    ) -> dict[str, Any]:
+        """Launch a managed job: it is recovered after preemptions and failures until it ends."""
+        body = {"task": dict(task), "name": name, "workdir": workdir}
+        return self._json("POST", "/v1/jobs", json=body)
+
+    def jobs(self, *, all_jobs: bool = True) -> list[dict[str, Any]]:
+        params = {"all": "true" if all_jobs else "false"}
+        found: list[dict[str, Any]] = self._json("GET", "/v1/jobs", params=params)["jobs"]
+        return found
+
+    def job(self, job_id: int, *, history: bool = False) -> dict[str, Any]:
+        params = {"history": "true"} if history else None
+        return self._json("GET", f"/v1/jobs/{job_id}", params=params)
+
+    def job_cancel(self, job_id: int) -> dict[str, Any]:
+        return self._json("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def job_logs(
+        self, job_id: int, offset: int = 0, *, attempt: int | None = None, wait_s: float = 0.0
+    ) -> JobLogChunk:
+        params: dict[str, Any] = {"offset": offset, "wait_s": wait_s}
+        if attempt is not None:
+            params["attempt"] = attempt
+        response = self._request(
+            "GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=wait_s + 30.0
+        )
+        headers = response.headers
+        return JobLogChunk(
+            data=response.content,
+            next_offset=int(headers["X-Gpulease-Next-Offset"]),
+            complete=headers["X-Gpulease-Log-Complete"] == "true",
+            task_state=headers["X-Gpulease-Task-State"],
+            job_status=headers["X-Gpulease-Job-Status"],
+            attempt=int(headers["X-Gpulease-Job-Attempt"]),
+        )
 
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._json("GET", "/v1/providers")["providers"]

@@ -30,8 +30,13 @@ class FailOver:
 
 @dataclass(frozen=True, slots=True)
 class SetCluster:
+    """Move the cluster to ``status``. A move to FAILED says why in ``failure``: ``infra`` (a
+    node was preempted or lost — the managed-jobs loop recovers such a job elsewhere), ``task``
+    (the user's setup or run failed), ``launch`` (no offer could be started)."""
+
     status: ClusterStatus
     reason: str
+    failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

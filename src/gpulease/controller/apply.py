@@ -135,7 +135,13 @@ class Applier:
     # ---- cluster, node and intent rows ------------------------------------------------------
 
     def _do_setcluster(self, snap: Snapshot, a: act.SetCluster) -> None:
-        self._write(snap, lambda s, c: self._set(s, c, a.status, a.reason, snap.now))
+        def write(session: Session, cluster: Any) -> bool:
+            moved = self._set(session, cluster, a.status, a.reason, snap.now)
+            if moved and a.status is ClusterStatus.FAILED:
+                cluster.failure = a.failure
+            return moved
+
+        self._write(snap, write)
         log.info("cluster %s: %s (%s)", snap.cluster.name, a.status.value, a.reason)
 
     def _do_setnode(self, snap: Snapshot, a: act.SetNode) -> None:
@@ -307,7 +313,7 @@ class Applier:
             return
         except Permanent as exc:
             reason = f"the node refused the task: {exc}"
-            self._do_setcluster(snap, act.SetCluster(ClusterStatus.FAILED, reason))
+            self._do_setcluster(snap, act.SetCluster(ClusterStatus.FAILED, reason, "task"))
             return
         self.outcome.progress = True
         failpoints.hit("task-submitted")

@@ -53,8 +53,12 @@ _TIMEOUTS: dict[ClusterStatus, Callable[[Snapshot], list[Action]]] = {
     _S.PENDING: provisioning.pending_timed_out,
     _S.PROVISIONING: provisioning.provisioning_timed_out,
     _S.SETTING_UP: running.setting_up_timed_out,
-    _S.STOPPING: lambda s: [SetCluster(_S.FAILED, "timed out: the provider did not stop it")],
-    _S.STARTING: lambda s: [SetCluster(_S.FAILED, "timed out: the provider did not start it")],
+    _S.STOPPING: lambda s: [
+        SetCluster(_S.FAILED, "timed out: the provider did not stop it", "infra")
+    ],
+    _S.STARTING: lambda s: [
+        SetCluster(_S.FAILED, "timed out: the provider did not start it", "infra")
+    ],
     _S.TERMINATING: lifecycle.terminating_timed_out,
 }
 

@@ -1,10 +1,15 @@
 """The launch document a cluster row carries in its ``task`` JSON column.
 
-``clusters.task`` holds ``{"version": 1, "spec": {...}, "plans": [...]}``: the task spec as the
-user wrote it (normalised by :mod:`gpulease.spec`, which the controller does not import) and the
-ranked launch targets the optimizer chose. ``plans[0]`` is the first target; after ``k``
-failovers (``len(failover_history)``) the cluster aims at ``plans[k]``, and the next failover
-takes ``plans[k + 1]`` — so the plan list needs no column of its own. Moves no states.
+``clusters.task`` holds ``{"version": 1, "spec": {...}, "plans": [...], "task_id": ...}``: the
+task spec as the user wrote it (normalised by :mod:`gpulease.spec`, which the controller does
+not import) and the ranked launch targets the optimizer chose. ``plans[0]`` is the first target;
+after ``k`` failovers (``len(failover_history)``) the cluster aims at ``plans[k]``, and the next
+failover takes ``plans[k + 1]`` — so the plan list needs no column of its own. ``task_id``
+(optional) is the agent task id every attempt cluster of a managed job shares
+(``GPULEASE_TASK_ID`` stays the same across recoveries); a plain cluster's is derived from its
+name and id. ``checkpoint``
+(optional) is the resolved checkpoint sync of a managed job: ``{"dir", "store", "sync_s"}``.
+Moves no states.
 """
 
 from __future__ import annotations
@@ -24,13 +29,20 @@ NO_RUN = ":"  # the run script of a task without ``run`` (the cluster only provi
 class LaunchDocument:
     spec: Mapping[str, Any]
     plans: tuple[LaunchTarget, ...]
+    task_id: str | None = None
+    checkpoint: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": DOCUMENT_VERSION,
             "spec": dict(self.spec),
             "plans": [asdict(p) for p in self.plans],
         }
+        if self.task_id:
+            data["task_id"] = self.task_id
+        if self.checkpoint:
+            data["checkpoint"] = dict(self.checkpoint)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchDocument:
@@ -38,7 +50,12 @@ class LaunchDocument:
         if "version" not in data:
             return cls(spec=dict(data), plans=())
         plans = tuple(LaunchTarget(**p) for p in data.get("plans", []))
-        return cls(spec=dict(data.get("spec") or {}), plans=plans)
+        return cls(
+            spec=dict(data.get("spec") or {}),
+            plans=plans,
+            task_id=data.get("task_id") or None,
+            checkpoint=data.get("checkpoint") or None,
+        )
 
     def next_target(self, failovers: int) -> LaunchTarget | None:
         """The target after ``failovers`` failovers have given up ``plans[:failovers + 1]``."""
@@ -64,6 +81,8 @@ def node_task(
     spec = doc.spec
     envs = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
     mounts = {str(k): str(v) for k, v in (spec.get("file_mounts") or {}).items()}
+    checkpoint = doc.checkpoint or {}
+    sync_s = checkpoint.get("sync_s")
     return NodeTask(
         task_id=task_id,
         run=spec.get("run") or NO_RUN,
@@ -75,4 +94,7 @@ def node_task(
         num_nodes=len(node_ips),
         node_ips=node_ips,
         gpus_per_node=gpus_per_node,
+        checkpoint_dir=checkpoint.get("dir") or None,
+        checkpoint_store=checkpoint.get("store") or None,
+        checkpoint_sync_s=float(sync_s) if sync_s else None,
     )

@@ -106,7 +106,7 @@ def starting(snap: Snapshot) -> list[Action]:
     if nodes and ready == len(nodes) == snap.cluster.target.num_nodes:
         actions += [RecordActivity(), SetCluster(ClusterStatus.SETTING_UP, "every node is up")]
     elif len(nodes) < snap.cluster.target.num_nodes:
-        actions.append(SetCluster(ClusterStatus.FAILED, "a node was lost while stopped"))
+        actions.append(SetCluster(ClusterStatus.FAILED, "a node was lost while stopped", "infra"))
     return actions
 
 

@@ -49,6 +49,9 @@ class NodeTask:
     workdir: str | None = None
     file_mounts: Mapping[str, str] = field(default_factory=dict)
     gpus_per_node: int = 0
+    checkpoint_dir: str | None = None  # relative: inside the node's work directory
+    checkpoint_store: str | None = None  # local://PATH or s3://BUCKET/PREFIX the agent syncs to
+    checkpoint_sync_s: float | None = None  # seconds between background syncs
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,11 @@ class AgentPort(Protocol):
     def submit(self, task: NodeTask) -> None: ...
 
     def cancel(self, task_id: str) -> None: ...
+
+    def preempt(self, task_id: str, grace_s: float) -> None:
+        """Deliver a preemption notice: the agent touches the preemption file and SIGTERMs the
+        job, which checkpoints and exits 75."""
+        ...
 
     def logs(self, task_id: str, offset: int, limit: int | None = None) -> LogChunk: ...
 

@@ -33,7 +33,7 @@ def pending(snap: Snapshot) -> list[Action]:
 
 def pending_timed_out(snap: Snapshot) -> list[Action]:
     reason = "timed out: no launch was accepted"
-    return [*close_intents(snap, reason), SetCluster(ClusterStatus.FAILED, reason)]
+    return [*close_intents(snap, reason), SetCluster(ClusterStatus.FAILED, reason, "launch")]
 
 
 def provisioning(snap: Snapshot) -> list[Action]:

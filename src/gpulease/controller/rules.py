@@ -69,7 +69,7 @@ def give_up_target(snap: Snapshot, error: str) -> list[Action]:
     return [
         *actions,
         *close_intents(snap, error),
-        SetCluster(ClusterStatus.FAILED, f"no offer left to try: {error}"),
+        SetCluster(ClusterStatus.FAILED, f"no offer left to try: {error}", "launch"),
     ]
 
 

@@ -87,7 +87,11 @@ def _task_states(snap: Snapshot, nodes: Sequence[NodeView]) -> list[str | None]:
 
 
 def _finish(
-    snap: Snapshot, nodes: Sequence[NodeView], status: ClusterStatus, why: str
+    snap: Snapshot,
+    nodes: Sequence[NodeView],
+    status: ClusterStatus,
+    why: str,
+    failure: str | None = None,
 ) -> list[Action]:
     actions: list[Action] = []
     for node in nodes:
@@ -98,16 +102,24 @@ def _finish(
             continue
         if report.exit_code is not None and report.exit_code != node.exit_code:
             actions.append(RecordExit(node.id, report.exit_code))
-    return [*actions, RecordActivity(), SetCluster(status, why)]
+    return [*actions, RecordActivity(), SetCluster(status, why, failure)]
 
 
-def _failure(snap: Snapshot, nodes: Sequence[NodeView], states: list[str | None]) -> str | None:
+def _failure(
+    snap: Snapshot, nodes: Sequence[NodeView], states: list[str | None]
+) -> tuple[str, str] | None:
+    """(why, kind) of the first task that ended badly: ``infra`` when any node's task was
+    preempted (a notice, or exit 75 — "checkpoint taken, resume me"), else ``task``. A preempted
+    node wins over a failed one: in a multi-node job the survivors fail when a peer goes."""
+    found: list[tuple[str, str]] = []
     for node, state in zip(nodes, states, strict=True):
         if state in TASK_TERMINAL and state != "SUCCEEDED":
             report = snap.agents[node.id]
             code = f" (exit code {report.exit_code})" if report.exit_code is not None else ""
-            return f"the task on node {node.rank} ended {state}{code}"
-    return None
+            kind = "infra" if state == "PREEMPTED" else "task"
+            found.append((f"the task on node {node.rank} ended {state}{code}", kind))
+    found.sort(key=lambda f: f[1] != "infra")
+    return found[0] if found else None
 
 
 def _checked(
@@ -119,15 +131,17 @@ def _checked(
     actions, dead = liveness(snap, config)
     nodes = active_nodes(snap)
     if dead:
-        return actions, nodes, [], [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, dead)]
+        failing = _finish(snap, nodes, ClusterStatus.FAILED, dead, "infra")
+        return actions, nodes, [], [*actions, *failing]
     states = _task_states(snap, nodes)
     failed = _failure(snap, nodes, states)
     if failed:
+        why, kind = failed
         return (
             actions,
             nodes,
             states,
-            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, failed)],
+            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, why, kind)],
         )
     return actions, nodes, states, None
 
@@ -174,4 +188,4 @@ def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
 
 
 def setting_up_timed_out(snap: Snapshot) -> list[Action]:
-    return [SetCluster(ClusterStatus.FAILED, "timed out: setup did not finish")]
+    return [SetCluster(ClusterStatus.FAILED, "timed out: setup did not finish", "task")]

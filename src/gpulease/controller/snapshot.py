@@ -38,7 +38,7 @@ class ClusterView:
 
     @property
     def task_id(self) -> str:
-        return task_id_of(self.name, self.id)
+        return self.document.task_id or task_id_of(self.name, self.id)
 
     @classmethod
     def of(cls, row: Cluster) -> ClusterView:

@@ -14,7 +14,7 @@ confirmation comes from a later ``list_instances`` that no longer shows the inst
 TERMINATED); launch errors are typed (:class:`CapacityError` → try elsewhere, :class:`QuotaError`,
 :class:`ProviderUnavailable` → retry later). Optional capabilities are mixins checked with
 ``isinstance`` (:class:`SupportsStopStart`, :class:`SupportsSpot`, :class:`SupportsMultiNode`,
-:class:`SupportsNodeToken`).
+:class:`SupportsNodeToken`, :class:`SupportsSpotMarket`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from gpulease.clock import Clock
 from gpulease.errors import Permanent, Retryable
 
 TAG_CLUSTER = "gpulease-cluster"
@@ -179,3 +180,23 @@ class SupportsNodeToken(ABC):
 
     @abstractmethod
     def node_token(self, instance_id: str) -> SecretStr: ...
+
+
+class SupportsSpotMarket(ABC):
+    """The provider can say, without launching anything, whether spot capacity is obtainable
+    now and what spot costs now (the managed-jobs loop's spot policy and price threshold)."""
+
+    @abstractmethod
+    def spot_available(self, region: str | None, zone: str | None, num_nodes: int) -> bool | None:
+        """True / False, or None when the provider cannot tell."""
+
+    @abstractmethod
+    def spot_price(
+        self, region: str | None, zone: str | None, instance_type: str | None, quoted: float
+    ) -> float | None:
+        """The spot price per hour now of what was quoted ``quoted`` per hour (None: unknown)."""
+
+    @property
+    @abstractmethod
+    def market_clock(self) -> Clock:
+        """The clock the provider's prices, preemptions and spot availability follow."""

@@ -40,6 +40,7 @@ from gpulease.providers.base import (
     SupportsMultiNode,
     SupportsNodeToken,
     SupportsSpot,
+    SupportsSpotMarket,
 )
 from gpulease.providers.local import LocalProvider
 from gpulease.providers.sim_cloud import SimCloud, SimSettings
@@ -80,7 +81,7 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken):
+class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, SupportsSpotMarket):
     name = "sim"
 
     def __init__(
@@ -144,6 +145,20 @@ class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken):
 
     def close(self) -> None:
         self.nodes.close()
+
+    # ---- the spot market -----------------------------------------------------------------------
+
+    def spot_available(self, region: str | None, zone: str | None, num_nodes: int) -> bool | None:
+        return self.cloud.spot_available(self.clock.now(), num_nodes)
+
+    def spot_price(
+        self, region: str | None, zone: str | None, instance_type: str | None, quoted: float
+    ) -> float | None:
+        return quoted * self.cloud.spot_price_factor(self.clock.now())
+
+    @property
+    def market_clock(self) -> Clock:
+        return self.clock
 
     # ---- simulation ----------------------------------------------------------------------------
 

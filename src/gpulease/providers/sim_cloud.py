@@ -31,6 +31,8 @@ class SimSettings:
     ``capacity_error_rate``: chance that any other launch fails with one.
     ``spot_trace``: a trace file; else ``preemptions_per_hour`` per spot node (0 = never).
     ``notice_seconds``: simulated warning before a preemption (AWS gives 120 s).
+    ``spot_price_changes``: ``[[hours, factor], ...]`` — from ``hours`` after the simulated cloud
+    started, every spot price is its catalog price × ``factor`` (default 1).
     """
 
     time_scale: float = 3600.0
@@ -40,6 +42,7 @@ class SimSettings:
     spot_trace: str | None = None
     preemptions_per_hour: float = 0.0
     notice_seconds: float = 120.0
+    spot_price_changes: tuple[tuple[float, float], ...] = ()
     seed: int = 0
 
     @classmethod
@@ -56,6 +59,10 @@ class SimSettings:
             if "provision_seconds" in values:
                 low, high = values["provision_seconds"]
                 values["provision_seconds"] = (float(low), float(high))
+            if "spot_price_changes" in values:
+                values["spot_price_changes"] = tuple(
+                    (float(hours), float(factor)) for hours, factor in values["spot_price_changes"]
+                )
             if "no_capacity" in values:
                 values["no_capacity"] = tuple(str(v) for v in values["no_capacity"])
             for name in (
@@ -134,6 +141,15 @@ class SimCloud:
         if self.trace is None:
             return True
         return self.trace.available_at(max(0.0, at - self.start), nodes)
+
+    def spot_price_factor(self, at: float) -> float:
+        """The factor on catalog spot prices at sim time ``at``."""
+        factor = 1.0
+        hours = (at - self.start) / 3600.0
+        for since, value in sorted(self.settings.spot_price_changes):
+            if hours >= since:
+                factor = value
+        return factor
 
     def notice_at(self, preempted_at: float) -> float:
         return preempted_at - self.settings.notice_seconds

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -59,11 +60,16 @@ class HttpAgent:
             num_nodes=task.num_nodes,
             node_ips=list(task.node_ips),
             gpus_per_node=task.gpus_per_node,
+            checkpoint_dir=task.checkpoint_dir,
+            **_sync_fields(task),
         )
         self.client.submit(submission)
 
     def cancel(self, task_id: str) -> None:
         self.client.cancel(task_id)
+
+    def preempt(self, task_id: str, grace_s: float) -> None:
+        self.client.preempt(task_id, grace_s)
 
     def logs(self, task_id: str, offset: int, limit: int | None = None) -> LogChunk:
         try:
@@ -123,3 +129,11 @@ class HttpAgents:
             for agent in self._clients.values():
                 agent.client.close()
             self._clients.clear()
+
+
+def _sync_fields(task: NodeTask) -> dict[str, Any]:
+    """The checkpoint-sync fields of a submission, only when the task syncs (a submission
+    without them is byte-for-byte what agents before checkpoint sync accepted)."""
+    if not task.checkpoint_store:
+        return {}
+    return {"checkpoint_store": task.checkpoint_store, "checkpoint_sync_s": task.checkpoint_sync_s}

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from gpulease import __version__
 from gpulease.errors import GpuleaseError, Retryable, UserInputError
+from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.service import ClusterService, Conflict, NotFound
 from gpulease.state import ClusterExists
@@ -35,6 +36,12 @@ class LaunchBody(_Body):
     workdir: str | None = None
     autostop_minutes: int | None = Field(default=None, ge=0)
     down: bool = False
+
+
+class JobLaunchBody(_Body):
+    task: dict[str, Any]
+    name: str | None = None
+    workdir: str | None = None
 
 
 class AutostopBody(_Body):
@@ -66,6 +73,7 @@ def create_app(
     *,
     info: Callable[[], dict[str, Any]] = dict,
     shutdown: Callable[[], None] = lambda: None,
+    jobs: JobService | None = None,
 ) -> FastAPI:
     app = FastAPI(title="gpulease", version=__version__, docs_url=None, redoc_url=None)
 
@@ -78,6 +86,8 @@ def create_app(
     _server_routes(router, info, shutdown)
     _cluster_routes(router, service)
     _agent_routes(router, service)
+    if jobs is not None:
+        _job_routes(router, jobs)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
@@ -162,6 +172,38 @@ def _agent_routes(router: APIRouter, service: ClusterService) -> None:
         result = service.exec(name, body.command, rank=body.rank, timeout_s=body.timeout_s)
         return {"exit_code": result.exit_code, "output": result.output,
                 "timed_out": result.timed_out}  # fmt: skip
+
+
+def _job_routes(router: APIRouter, jobs: JobService) -> None:
+    @router.post("/jobs", status_code=201)
+    def launch_job(body: JobLaunchBody) -> dict[str, Any]:
+        return jobs.launch(body.task, name=body.name, workdir=body.workdir)
+
+    @router.get("/jobs")
+    def list_jobs(all: bool = True) -> dict[str, Any]:
+        return {"jobs": jobs.list(all_jobs=all)}
+
+    @router.get("/jobs/{job_id}")
+    def job(job_id: int, history: bool = False) -> dict[str, Any]:
+        return jobs.get(job_id, with_history=history)
+
+    @router.post("/jobs/{job_id}/cancel")
+    def cancel_job(job_id: int) -> dict[str, Any]:
+        return jobs.cancel(job_id)
+
+    @router.get("/jobs/{job_id}/logs")
+    def job_logs(
+        job_id: int, attempt: int | None = None, offset: int = 0, wait_s: float = 0.0
+    ) -> Response:
+        chunk, view = jobs.logs(job_id, attempt=attempt, offset=max(offset, 0), wait_s=wait_s)
+        headers = {
+            "X-Gpulease-Next-Offset": str(chunk.next_offset),
+            "X-Gpulease-Log-Complete": "true" if chunk.complete else "false",
+            "X-Gpulease-Task-State": chunk.state,
+            "X-Gpulease-Job-Status": view["status"],
+            "X-Gpulease-Job-Attempt": str(view["attempt"]),
+        }
+        return Response(chunk.data, media_type="application/octet-stream", headers=headers)
 
 
 class _Unauthorised(Exception):

@@ -31,8 +31,10 @@ from sqlalchemy import Engine
 from gpulease import config
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
+from gpulease.controller.job_loop import JobReconciler
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
+from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
@@ -119,9 +121,12 @@ def _assemble(home: Path) -> _Parts:
     providers = build_providers(cfg)
     settings = provider_settings(cfg)
     agents = HttpAgents(providers, server_key(home))
-    loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner))
+    job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
+    loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
+                      jobs=job_loop)  # fmt: skip
     service = ClusterService(engine, providers, agents, settings=settings, clock=clock,
                              owner=owner, wake=loop.wake)  # fmt: skip
+    jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
 
     def shutdown() -> None:
@@ -133,6 +138,7 @@ def _assemble(home: Path) -> _Parts:
         api_token(home),
         info=lambda: {"owner": owner, "providers": describe(providers, settings)},
         shutdown=shutdown,
+        jobs=jobs,
     )
     return parts
 

@@ -63,3 +63,15 @@ def _fewest_gpus_among_ties(plans: list[Plan]) -> list[Plan]:
         return first_of[(round(plan.price_per_hour, 6), cost)], plan.total_gpus
 
     return sorted(plans, key=key)
+
+
+def expected_hours(task: Task, catalog: Catalog, launchable: frozenset[str]) -> float | None:
+    """The best launchable plan's expected run time (hours), when the task's workload gives
+    one; the spot policy's job length."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = plan_all(task, catalog=catalog, top=1, launchable=launchable)
+    for plan in result.plans:
+        if plan.launchable and plan.est_hours is not None:
+            return float(plan.est_hours.expected)
+    return None

@@ -1,4 +1,5 @@
-"""The server's background work: one thread that runs the cluster reconcile pass about every
+"""The server's background work: one thread that runs the cluster reconcile pass (then the
+managed-jobs pass, which also relays provider events) about every
 ``interval_s`` (at once again after a pass that changed something, or when the API wakes it), and
 the orphan sweep every ``sweep_every_s``. On start it releases the claims a dead predecessor
 left and sweeps once; so a restarted server resumes every cluster from the DB. Moves states only
@@ -12,6 +13,7 @@ import threading
 import time
 
 from gpulease.controller import Reconciler
+from gpulease.controller.job_loop import JobReconciler
 
 log = logging.getLogger("gpulease.server")
 
@@ -24,8 +26,10 @@ class LoopThread:
         interval_s: float = 0.5,
         sweep_every_s: float = 30.0,
         busy_gap_s: float = 0.02,
+        jobs: JobReconciler | None = None,
     ) -> None:
         self.reconciler = reconciler
+        self.jobs = jobs
         self.interval_s = interval_s
         self.sweep_every_s = sweep_every_s
         self.busy_gap_s = busy_gap_s
@@ -56,6 +60,8 @@ class LoopThread:
                 self._guarded(self.reconciler.sweep)
                 next_sweep = time.monotonic() + self.sweep_every_s
             progress = self._guarded(self.reconciler.run_pass)
+            if self.jobs is not None:
+                progress |= self._guarded(self.jobs.run_pass)
             self.passes += 1
             self._wake.wait(self.busy_gap_s if progress else self.interval_s)
             self._wake.clear()

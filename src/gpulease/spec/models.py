@@ -242,6 +242,10 @@ class Resources(_Model):
     """A specific instance type, e.g. p4d.24xlarge."""
     max_price_per_hour: Money | None = None
     """Highest acceptable price per node-hour: $40."""
+    max_spot_price: Money | None = None
+    """Managed jobs: highest spot price per node-hour; above it the job checkpoints and moves."""
+    spot_price_ratio: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Managed jobs: highest spot price as a fraction of the on-demand price (0 < r ≤ 1)."""
     commitment: Annotated[Commitment, BeforeValidator(lowercase)] = "none"
     """Pricing commitment to consider: none, 1y or 3y."""
     provider_config: JsonMapping = Field(default_factory=dict)

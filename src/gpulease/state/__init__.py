@@ -12,6 +12,7 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``repository``  clusters, launch intents, failover, the server's owner id
 - ``nodes``       node rows, agent tokens, heartbeats
 - ``intents``     ``submit_intent``: intent committed before the side effect
+- ``jobs``        managed-job rows and their bookkeeping
 - ``tokens``      random tokens stored as sha256 hashes
 
 See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config` and
@@ -27,6 +28,7 @@ from gpulease.state.db import (
     session_scope,
 )
 from gpulease.state.intents import IntentClosed, IntentView, submit_intent
+from gpulease.state.jobs import add_event, create_job, get_job, job_clusters, list_jobs
 from gpulease.state.machines import (
     FINAL,
     INITIAL,
@@ -35,6 +37,7 @@ from gpulease.state.machines import (
     ClusterStatus,
     IntentStatus,
     InvalidTransition,
+    JobStatus,
     NodeState,
     Status,
     Timeout,
@@ -43,6 +46,7 @@ from gpulease.state.migrate import current_revision, head_revision, upgrade
 from gpulease.state.models import (
     Base,
     Cluster,
+    Job,
     LaunchIntent,
     Node,
     ServerIdentity,
@@ -90,6 +94,8 @@ __all__ = [
     "IntentStatus",
     "IntentView",
     "InvalidTransition",
+    "Job",
+    "JobStatus",
     "LaunchIntent",
     "LaunchTarget",
     "Node",
@@ -98,10 +104,12 @@ __all__ = [
     "Status",
     "StatusChange",
     "Timeout",
+    "add_event",
     "append_failover",
     "claim",
     "claim_next",
     "create_cluster",
+    "create_job",
     "current_revision",
     "current_target",
     "database_url",
@@ -110,11 +118,14 @@ __all__ = [
     "get_cluster",
     "get_cluster_by_name",
     "get_intent",
+    "get_job",
     "hash_token",
     "head_revision",
     "history",
     "issue_agent_token",
+    "job_clusters",
     "list_clusters",
+    "list_jobs",
     "list_nodes",
     "list_timed_out",
     "make_engine",

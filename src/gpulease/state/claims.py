@@ -110,7 +110,7 @@ def release(session: Session, held: Claim, *, now: float) -> bool:
     return _rowcount(session, stmt) == 1
 
 
-def claim_guard(model: type[Cluster | Node | LaunchIntent], held: Claim) -> ColumnElement[bool]:
+def claim_guard(model: type[Any], held: Claim) -> ColumnElement[bool]:
     """A ``WHERE`` clause true only for rows of the claimed cluster while the claim is held."""
     if model is Cluster:
         return and_(Cluster.id == held.cluster_id, Cluster.lock_token == held.token)

@@ -2,7 +2,8 @@
 
 Pure data and pure functions, no database. Owns:
 
-- :class:`ClusterStatus`, :class:`NodeState`, :class:`IntentStatus` — the status enums;
+- :class:`ClusterStatus`, :class:`NodeState`, :class:`IntentStatus`, :class:`JobStatus` — the
+  status enums;
 - ``TRANSITIONS[enum][from]`` — the set of statuses each status may move to (a self-loop is
   allowed only where listed: ``PROVISIONING → PROVISIONING`` is a failover,
   ``TERMINATING → TERMINATING`` a re-issued terminate);
@@ -76,8 +77,22 @@ class IntentStatus(_StatusEnum):
     FAILED = "failed"  # refused, timed out or superseded by a failover (final)
 
 
-Status: TypeAlias = ClusterStatus | NodeState | IntentStatus
-StatusEnum: TypeAlias = type[ClusterStatus] | type[NodeState] | type[IntentStatus]
+class JobStatus(_StatusEnum):
+    """The status of a managed job: a task that gpulease keeps running, through preemptions and
+    failures, on a sequence of attempt clusters until it ends."""
+
+    PENDING = "pending"  # written; no attempt cluster yet
+    STARTING = "starting"  # an attempt cluster is being provisioned and set up
+    RUNNING = "running"  # the task runs on the attempt cluster
+    RECOVERING = "recovering"  # the attempt was lost (preemption, node loss, error restart)
+    CANCELLING = "cancelling"  # cancel requested; waiting for the attempt cluster to be gone
+    SUCCEEDED = "succeeded"  # the task exited 0 (final)
+    FAILED = "failed"  # the task failed past its restarts, no offer is left, or the budget (final)
+    CANCELLED = "cancelled"  # cancelled and nothing of it runs any more (final)
+
+
+Status: TypeAlias = ClusterStatus | NodeState | IntentStatus | JobStatus
+StatusEnum: TypeAlias = type[ClusterStatus] | type[NodeState] | type[IntentStatus] | type[JobStatus]
 
 _C = ClusterStatus
 _N = NodeState
@@ -118,11 +133,25 @@ _INTENT: dict[Status, frozenset[Status]] = {
     _I.FAILED: frozenset(),
 }
 
+_J = JobStatus
+
+_JOB: dict[Status, frozenset[Status]] = {
+    _J.PENDING: frozenset({_J.STARTING, _J.FAILED, _J.CANCELLING}),
+    _J.STARTING: frozenset({_J.RUNNING, _J.RECOVERING, _J.SUCCEEDED, _J.FAILED, _J.CANCELLING}),
+    _J.RUNNING: frozenset({_J.RECOVERING, _J.SUCCEEDED, _J.FAILED, _J.CANCELLING}),
+    _J.RECOVERING: frozenset({_J.RECOVERING, _J.STARTING, _J.FAILED, _J.CANCELLING}),
+    _J.CANCELLING: frozenset({_J.CANCELLING, _J.CANCELLED}),
+    _J.SUCCEEDED: frozenset(),
+    _J.FAILED: frozenset(),
+    _J.CANCELLED: frozenset(),
+}
+
 TRANSITIONS: Final[Mapping[StatusEnum, Mapping[Status, frozenset[Status]]]] = MappingProxyType(
     {
         ClusterStatus: MappingProxyType(_CLUSTER),
         NodeState: MappingProxyType(_NODE),
         IntentStatus: MappingProxyType(_INTENT),
+        JobStatus: MappingProxyType(_JOB),
     }
 )
 """``TRANSITIONS[ClusterStatus][ClusterStatus.RUNNING]`` → the statuses RUNNING may move to."""
@@ -132,12 +161,21 @@ INITIAL: Final[Mapping[StatusEnum, Status]] = MappingProxyType(
         ClusterStatus: ClusterStatus.PENDING,
         NodeState: NodeState.PROVISIONING,
         IntentStatus: IntentStatus.PENDING,
+        JobStatus: JobStatus.PENDING,
     }
 )
 """The status a new row starts in."""
 
 FINAL: Final[frozenset[Status]] = frozenset(
-    {ClusterStatus.TERMINATED, NodeState.TERMINATED, IntentStatus.DONE, IntentStatus.FAILED}
+    {
+        ClusterStatus.TERMINATED,
+        NodeState.TERMINATED,
+        IntentStatus.DONE,
+        IntentStatus.FAILED,
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+    }
 )
 """Statuses with no way out."""
 
@@ -186,6 +224,20 @@ TRANSIENT_TIMEOUTS: Final[Mapping[StatusEnum, Mapping[Status, Timeout]]] = Mappi
             {
                 _I.PENDING: Timeout(15 * _MIN, _I.FAILED, "the launch was never accepted"),
                 _I.SUBMITTED: Timeout(30 * _MIN, _I.FAILED, "its nodes never all ran"),
+            }
+        ),
+        JobStatus: MappingProxyType(
+            {
+                _J.PENDING: Timeout(10 * _MIN, _J.FAILED, "no loop started it"),
+                _J.STARTING: Timeout(
+                    60 * _MIN, _J.RECOVERING, "the attempt never ran: recover elsewhere"
+                ),
+                _J.RECOVERING: Timeout(
+                    24 * 60 * _MIN, _J.FAILED, "no attempt could be started for a day"
+                ),
+                _J.CANCELLING: Timeout(
+                    30 * _MIN, _J.CANCELLING, "re-issue the teardown; never assume it gone"
+                ),
             }
         ),
     }

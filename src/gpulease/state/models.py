@@ -1,9 +1,9 @@
 """The tables of the state DB as typed SQLAlchemy 2 models.
 
 Owns the schema (the alembic migrations in ``migrations/versions`` must match it; a test checks):
-:class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`StatusChange` (history) and
-:class:`ServerIdentity`. It moves no states: every status column is written by
-:func:`gpulease.state.status.set_status` only.
+:class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`Job` (managed jobs),
+:class:`StatusChange` (history) and :class:`ServerIdentity`. It moves no states: every status
+column is written by :func:`gpulease.state.status.set_status` only.
 
 Conventions: ids are never reused (AUTOINCREMENT on SQLite, sequences on PostgreSQL), so
 history rows keyed by entity id stay unambiguous after a row is deleted; timestamps are UTC seconds
@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from gpulease.state.machines import ClusterStatus, IntentStatus, NodeState
+from gpulease.state.machines import ClusterStatus, IntentStatus, JobStatus, NodeState
 
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -105,6 +105,8 @@ class Cluster(Base):
     lock_token: Mapped[str | None] = mapped_column(String(64))
     lock_expires_at: Mapped[float | None]
     last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the managed job it serves
+    failure: Mapped[str | None] = mapped_column(String(16))  # FAILED why: infra | task | launch
     created_at: Mapped[float]
     updated_at: Mapped[float]
 
@@ -198,6 +200,46 @@ class LaunchIntent(Base):
         return f"LaunchIntent(request_id={self.request_id!r}, status={self.status!s})"
 
 
+class Job(Base):
+    """A managed job: the task, its ranked spot and on-demand targets (``task`` JSON), the attempt
+    cluster it runs on now, and what it has been through (recoveries, restarts, blocked zones,
+    spend). Times of the job's own clock (``clock``: ``system`` or a provider with a simulated
+    clock) are in ``*_at_job`` columns; the others are server time."""
+
+    __tablename__ = "jobs"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - ids are never reused
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), index=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    status: Mapped[JobStatus] = mapped_column(StatusType(JobStatus), index=True)
+    status_changed_at: Mapped[float]
+    task: Mapped[dict[str, Any]]  # {"version", "spec", "spot": [targets], "on_demand": [...]}
+    workdir: Mapped[str | None] = mapped_column(Text)
+    clock: Mapped[str] = mapped_column(String(64))  # "system" or the provider whose clock rules
+    attempt: Mapped[int] = mapped_column(Integer)  # attempt clusters created so far
+    cluster_id: Mapped[int | None] = mapped_column(Integer)  # the current attempt's cluster
+    pricing: Mapped[str | None] = mapped_column(String(16))  # of the current attempt
+    recoveries: Mapped[int] = mapped_column(Integer)  # after preemptions / lost nodes
+    restarts: Mapped[int] = mapped_column(Integer)  # after the task's own failures
+    blocked: Mapped[list[dict[str, Any]]]  # zones in cool-down: provider, region, zone, until
+    events: Mapped[list[dict[str, Any]]]  # preemptions, recoveries, migrations (for the report)
+    cost_usd: Mapped[float]  # spent so far (job clock x price of each attempt)
+    run_s: Mapped[float]  # job-clock seconds the task ran (the spot policy's progress)
+    mark_at_job: Mapped[float | None]  # job-clock time cost and run time were last accrued
+    started_at_job: Mapped[float]  # job-clock time the job was launched
+    next_attempt_at: Mapped[float | None]  # server time before which no attempt starts (backoff)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean)
+    pending_stop: Mapped[str | None] = mapped_column(String(16))  # migrate | price | budget
+    failure: Mapped[str | None] = mapped_column(String(16))  # task | budget | no_offer | ...
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float]
+    updated_at: Mapped[float]
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, name={self.name!r}, status={self.status!s})"
+
+
 class StatusChange(Base):
     """One row per status change of any entity (and one for its creation, ``from_status`` NULL)."""
 
@@ -205,7 +247,7 @@ class StatusChange(Base):
     __table_args__ = (Index(None, "entity_kind", "entity_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    entity_kind: Mapped[str] = mapped_column(String(16))  # cluster | node | intent
+    entity_kind: Mapped[str] = mapped_column(String(16))  # cluster | node | intent | job
     entity_id: Mapped[int] = mapped_column(Integer)
     from_status: Mapped[str | None] = mapped_column(String(32))
     to_status: Mapped[str] = mapped_column(String(32))

@@ -1,4 +1,5 @@
-"""Status changes of clusters, nodes and launch intents: the only writer of every status column.
+"""Status changes of clusters, nodes, launch intents and managed jobs: the only writer of every
+status column.
 
 Owns :func:`set_status` (checks the transition table, then a compare-and-set
 ``UPDATE … WHERE id = :id AND status = :expected`` — optionally guarded by a reconcile claim — and
@@ -22,20 +23,22 @@ from gpulease.state.machines import (
     TRANSIENT_TIMEOUTS,
     ClusterStatus,
     IntentStatus,
+    JobStatus,
     NodeState,
     Status,
     StatusEnum,
     check_transition,
     timeout_exit,
 )
-from gpulease.state.models import Cluster, LaunchIntent, Node, StatusChange
+from gpulease.state.models import Cluster, Job, LaunchIntent, Node, StatusChange
 
-Entity: TypeAlias = Cluster | Node | LaunchIntent
+Entity: TypeAlias = Cluster | Node | LaunchIntent | Job
 
 _KIND: dict[type[Entity], tuple[str, str, StatusEnum]] = {
     Cluster: ("cluster", "status", ClusterStatus),
     Node: ("node", "state", NodeState),
     LaunchIntent: ("intent", "status", IntentStatus),
+    Job: ("job", "status", JobStatus),
 }
 
 
@@ -47,7 +50,7 @@ def _machine(model: type[Entity]) -> tuple[str, str, StatusEnum]:
 
 
 def entity_kind(entity: Entity) -> str:
-    """``cluster``, ``node`` or ``intent``: the ``entity_kind`` of its history rows."""
+    """``cluster``, ``node``, ``intent`` or ``job``: the ``entity_kind`` of its history rows."""
     return _machine(type(entity))[0]
 
 
