@@ -37,6 +37,7 @@ def test_the_job_sees_the_node_environment(agent_factory) -> None:  # type: igno
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"  # from the agent's environment
     assert env["MY_SETTING"] == "x"
     assert env["PYTHONUNBUFFERED"] == "1"
+    assert Path(env["GPULEASE_CHECKPOINT_DIR"]) == agent.node_dir / "work" / "checkpoints"
     assert Path(env["GPULEASE_CHECKPOINT_DIR"]).is_dir()
     assert env["GPULEASE_PREEMPTION_FILE"].startswith(str(agent.node_dir))
     assert not Path(env["GPULEASE_PREEMPTION_FILE"]).exists()

@@ -5,11 +5,12 @@ job's process group, and reports the task's state and a heartbeat.
 Start it (the providers do, as a subprocess)::
 
     python -m gpulease.agent serve --host 127.0.0.1 --port PORT --token-file FILE \\
-        --node-dir DIR [--port-file FILE] [--node-rank N]
+        --node-dir DIR [--port-file FILE] [--node-rank N] [--final-sync-timeout S]
 
 Modules: :mod:`~gpulease.agent.api` (request bodies), :mod:`~gpulease.agent.state` (task states
 and the record on disk), :mod:`~gpulease.agent.runner` (one task's phases),
-:mod:`~gpulease.agent.jobproc` (processes), :mod:`~gpulease.agent.service` (the operations),
+:mod:`~gpulease.agent.jobproc` (processes), :mod:`~gpulease.agent.ckpt_sync` (checkpoint
+restore and sync with a store), :mod:`~gpulease.agent.service` (the operations),
 :mod:`~gpulease.agent.http` (the ``/v1`` API), :mod:`~gpulease.agent.client` (the server's
 side). See ``docs/agent.md``.
 """

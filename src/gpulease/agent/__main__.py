@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from gpulease.agent.ckpt_sync import DEFAULT_FINAL_SYNC_TIMEOUT_S
 from gpulease.agent.http import AgentHTTPServer
 from gpulease.agent.service import Agent
 
@@ -34,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-dir", type=Path, required=True, help="the node's directory")
     serve.add_argument("--node-rank", type=int, default=None)
     serve.add_argument("--heartbeat-interval", type=float, default=2.0, help="seconds")
+    serve.add_argument(
+        "--final-sync-timeout",
+        type=float,
+        default=DEFAULT_FINAL_SYNC_TIMEOUT_S,
+        help="seconds the final checkpoint sync may take before the task ends without it",
+    )
     serve.add_argument("--log-level", default="INFO")
     return parser
 
@@ -56,7 +63,9 @@ def _write_port_file(path: Path, port: int) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     token = read_token(args.token_file)
-    agent = Agent(args.node_dir, node_rank=args.node_rank)
+    agent = Agent(
+        args.node_dir, node_rank=args.node_rank, final_sync_timeout_s=args.final_sync_timeout
+    )
     server = AgentHTTPServer((args.host, args.port), agent, token)
     port = server.server_address[1]
     if args.port_file:

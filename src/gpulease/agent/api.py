@@ -1,8 +1,11 @@
 """The agent's wire models: request bodies of the HTTP API (``/v1``), validated with pydantic.
 
 Owns the shape of what the server sends to a node (a task submission, stop and exec requests)
-and the rules such a body must satisfy. Responses are plain JSON built by
-:mod:`gpulease.agent.service`; see ``docs/agent.md`` for both.
+and the rules such a body must satisfy. The checkpoint fields of a submission are checked for
+shape here; whether ``checkpoint_store`` names a store is decided when the task starts
+(:mod:`gpulease.agent.ckpt_sync`), so a bad URL fails the task with a message instead of
+refusing the body. Responses are plain JSON built by :mod:`gpulease.agent.service`; see
+``docs/agent.md`` for both.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 API_VERSION = 1
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_SYNC_S = 7 * 24 * 3600.0  # a week; anything longer is a typo
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -38,7 +42,14 @@ class TaskSubmission(_Body):
     node_ips: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
     gpus_per_node: int = Field(default=0, ge=0)
     master_port: int | None = Field(default=None, ge=1, le=65535)
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = None  # default: checkpoints/ in the work dir; relative: under it
+    # where checkpoints are restored from and synced to (local://PATH, /abs/path, s3://BUCKET/P);
+    # checked when the task starts: one that names no store fails the task (see ckpt_sync)
+    checkpoint_store: str | None = Field(default=None, max_length=4096)
+    # seconds between background syncs to checkpoint_store (None: DEFAULT_SYNC_S, 300)
+    checkpoint_sync_s: float | None = Field(
+        default=None, gt=0.0, le=MAX_SYNC_S, allow_inf_nan=False
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskSubmission:

@@ -11,6 +11,14 @@ States moved (see :mod:`gpulease.agent.state`): PENDING → SETTING_UP (files or
 
 A runner started for a record loaded from disk (the agent restarted) resumes: it adopts a phase
 whose process group still lives, reads the exit file of one that ended, and runs what is left.
+
+With a ``checkpoint_store`` (see :mod:`gpulease.agent.ckpt_sync`) the runner also owns the
+task's :class:`~gpulease.agent.ckpt_sync.CheckpointSync`: the store is opened before anything
+runs (a URL that names no store fails the task), the newest checkpoint is restored just before
+``run`` starts (SETTING_UP covers it), the background sync runs while ``run`` runs (a resumed
+runner restarts it), and a final, bounded sync happens after ``run`` ended and before the task's
+terminal state is recorded — also before ``run`` is marked done, so an agent that dies during it
+redoes it after its restart.
 """
 
 from __future__ import annotations
@@ -22,10 +30,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from gpulease.agent import files, jobproc
+from gpulease.agent import ckpt_sync, files, jobproc
 from gpulease.agent.state import PREEMPTED_EXIT_CODE, TaskRecord, TaskState, set_state
 from gpulease.clock import Clock
+from gpulease.errors import UserInputError
 
 log = logging.getLogger("gpulease.agent")
 
@@ -53,6 +63,14 @@ class TaskPaths:
     def exit_file(self, attempt: int, phase: str) -> Path:
         return self.task_dir / f"{attempt}.{phase}.exit"
 
+    def sync_places(self) -> ckpt_sync.SyncPlaces:
+        """Where the checkpoint sync works (its scratch dir is node-private, in the task dir)."""
+        return ckpt_sync.SyncPlaces(
+            checkpoint_dir=self.checkpoint_dir,
+            scratch_dir=self.task_dir / "ckpt-upload",
+            log_path=self.log,
+        )
+
 
 class TaskRunner:
     """Owns one :class:`TaskRecord`; every change is saved through ``persist`` under ``lock``."""
@@ -66,6 +84,7 @@ class TaskRunner:
         clock: Clock,
         persist: Callable[[TaskRecord], None],
         stopping: threading.Event,
+        final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
     ) -> None:
         self.record = record
         self.paths = paths
@@ -74,6 +93,8 @@ class TaskRunner:
         self._clock = clock
         self._persist = persist
         self._stopping = stopping  # the agent is shutting down
+        self._final_sync_timeout_s = final_sync_timeout_s
+        self._ckpt: ckpt_sync.CheckpointSync | None = None
         self._thread = threading.Thread(target=self._main, name=f"task-{record.task_id}")
         self._thread.daemon = True
 
@@ -124,6 +145,15 @@ class TaskRunner:
                     self._end(TaskState.FAILED, f"agent error: {type(exc).__name__}: {exc}")
 
     def _drive(self) -> None:
+        if not self._open_checkpoint_sync():
+            return
+        try:
+            self._drive_phases()
+        finally:
+            if self._ckpt is not None:
+                self._ckpt.stop()
+
+    def _drive_phases(self) -> None:
         rec = self.record
         syncing = rec.state is TaskState.SETTING_UP and rec.phase is None  # restarted mid-sync
         if (rec.state is TaskState.PENDING or syncing) and not self._prepare():
@@ -145,7 +175,7 @@ class TaskRunner:
         """Sync files (SETTING_UP when there is anything to set up); False when the task
         ended."""
         sub = self.record.submission
-        needs_setup = bool(sub.setup or sub.workdir or sub.file_mounts)
+        needs_setup = bool(sub.setup or sub.workdir or sub.file_mounts or sub.checkpoint_store)
         with self.lock:
             if self._stopped_before_start():
                 return False
@@ -164,13 +194,60 @@ class TaskRunner:
         return True
 
     def _enter_running(self) -> bool:
+        """Restore the checkpoint (unless ``run`` started already: a resumed runner), move to
+        RUNNING and start the background sync; False when a stop ended the task first."""
+        if self._ckpt is not None and self.record.phase != "run":
+            self._ckpt.restore()
         with self.lock:
             if self._stopped_before_start():
                 return False
             if self.record.state is TaskState.SETTING_UP:
                 set_state(self.record, TaskState.RUNNING, self._clock.now())
                 self._persist(self.record)
+        if self._ckpt is not None:
+            self._ckpt.start()
         return True
+
+    # ---- checkpoint sync --------------------------------------------------------------------
+
+    def _open_checkpoint_sync(self) -> bool:
+        """Build the task's checkpoint sync (if it has a store); False when that ended the
+        task (a store URL that names no store, before anything ran)."""
+        rec = self.record
+        try:
+            self._ckpt = ckpt_sync.for_task(
+                rec.submission,
+                self.paths.sync_places(),
+                clock=self._clock,
+                report=self._report_checkpoint,
+                saved=rec.checkpoint,
+            )
+        except UserInputError as exc:
+            return self._bad_store(str(exc))
+        return True
+
+    def _bad_store(self, message: str) -> bool:
+        """Fail a task whose store URL is bad; a resumed one whose job already ran goes on
+        without sync (its URL was good when it started)."""
+        started = self.record.phase is not None
+        ckpt_sync.append_log(
+            self.paths.log, message + ("; checkpoints are not synced" if started else "")
+        )
+        if started:
+            return True
+        with self.lock:
+            self._end(TaskState.FAILED, message)
+        return False
+
+    def _report_checkpoint(self, status: dict[str, Any]) -> None:
+        with self.lock:
+            self.record.checkpoint = status
+            self._persist(self.record)
+
+    def _final_sync(self) -> None:
+        """After ``run``: the last sync, bounded; never while holding :attr:`lock`."""
+        if self._ckpt is not None:
+            self._ckpt.finish(self._final_sync_timeout_s)
 
     def _stopped_before_start(self) -> bool:
         rec = self.record
@@ -210,6 +287,8 @@ class TaskRunner:
         if returncode is None and self._stopping.is_set():
             return None
         jobproc.signal_group(pgid, signal.SIGKILL)  # whatever the phase left behind
+        if phase == "run":
+            self._final_sync()  # before "run" is done: a restarted agent would redo it
         with self.lock:
             rec.phases_done.append(phase)
             rec.pgid = None

@@ -5,9 +5,11 @@ Node directory (``--node-dir``), owned by this module::
 
     heartbeat               the time of the last heartbeat (seconds since the epoch), rewritten
     work/                   the jobs' working directory (the synced workdir lands here)
-    checkpoints/<task_id>/  the default GPULEASE_CHECKPOINT_DIR
+    work/checkpoints/       the default GPULEASE_CHECKPOINT_DIR (a relative checkpoint_dir is
+                            relative to work/)
     tasks/<task_id>/        task.json (the record), task.log (setup + run output, appended),
-                            preempted (the preemption file), <attempt>.<phase>.exit
+                            preempted (the preemption file), <attempt>.<phase>.exit,
+                            ckpt-upload/ (the checkpoint sync's scratch dir)
 
 One task runs at a time; a finished task stays reported until a newer attempt replaces it.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulease import __version__
-from gpulease.agent import files, jobproc
+from gpulease.agent import ckpt_sync, files, jobproc
 from gpulease.agent.api import API_VERSION, ExecRequest, TaskSubmission
 from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
@@ -64,6 +66,7 @@ class Agent:
         node_rank: int | None = None,
         clock: Clock | None = None,
         base_env: Mapping[str, str] | None = None,
+        final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
     ) -> None:
         self.node_dir = node_dir = node_dir.resolve()
         self.node_rank = node_rank
@@ -71,9 +74,10 @@ class Agent:
         self.started_at = self.clock.now()
         self.stopping = threading.Event()
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self.final_sync_timeout_s = final_sync_timeout_s
         self._lock = threading.RLock()
         self._runners: dict[str, TaskRunner] = {}
-        for sub in ("work", "tasks", "checkpoints"):
+        for sub in ("work", "tasks"):
             (node_dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(node_dir, 0o700)
         self._resume_saved_tasks()
@@ -138,7 +142,11 @@ class Agent:
         paths.task_dir.mkdir(parents=True, exist_ok=True)
         paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         paths.preemption_file.unlink(missing_ok=True)
-        record = TaskRecord(submission=sub, submitted_at=self.clock.now())
+        record = TaskRecord(
+            submission=sub,
+            submitted_at=self.clock.now(),
+            checkpoint=ckpt_sync.initial_status(sub),
+        )
         record.history.append((TaskState.PENDING.value, record.submitted_at))
         runner = self._runner_for(record, paths)
         save_record(paths.record, record)
@@ -226,12 +234,17 @@ class Agent:
         return status
 
     def _paths(self, sub: TaskSubmission) -> TaskPaths:
-        checkpoints = self.node_dir / "checkpoints" / sub.task_id
         return TaskPaths(
             task_dir=self.node_dir / "tasks" / sub.task_id,
             work_dir=self.work_dir,
-            checkpoint_dir=Path(sub.checkpoint_dir) if sub.checkpoint_dir else checkpoints,
+            checkpoint_dir=self._checkpoint_dir(sub),
         )
+
+    def _checkpoint_dir(self, sub: TaskSubmission) -> Path:
+        """``checkpoint_dir`` resolved like a file mount's remote path (relative: under the
+        work dir, ``~``: the job's home); ``checkpoints/`` in the work dir when not given."""
+        home = sub.envs.get("HOME", self._base_env.get("HOME"))
+        return files.resolve_remote(sub.checkpoint_dir or "checkpoints", self.work_dir, home)
 
     def _runner_for(self, record: TaskRecord, paths: TaskPaths) -> TaskRunner:
         env = job_env(
@@ -248,6 +261,7 @@ class Agent:
             clock=self.clock,
             persist=lambda rec: save_record(paths.record, rec),
             stopping=self.stopping,
+            final_sync_timeout_s=self.final_sync_timeout_s,
         )
 
     def _resume_saved_tasks(self) -> None:

@@ -8,7 +8,8 @@ States and the only transitions :func:`set_state` allows::
        └────────────┴────────────┴────▶ CANCELLED   (a cancel request)
 
 PENDING and SETTING_UP may also end FAILED or PREEMPTED directly. Every change is appended to
-``history`` with its time. The record is written to ``tasks/<task_id>/task.json`` (temp file,
+``history`` with its time; ``checkpoint`` holds the checkpoint sync status when the task has a
+checkpoint store. The record is written to ``tasks/<task_id>/task.json`` (temp file,
 fsync, rename) after every change, so a restarted agent reports — and resumes — what it left.
 """
 
@@ -77,6 +78,7 @@ class TaskRecord:
     finished_at: float | None = None
     phases_done: list[str] = field(default_factory=list)
     history: list[tuple[str, float]] = field(default_factory=list)
+    checkpoint: dict[str, Any] | None = None  # checkpoint sync status (ckpt_sync.SyncStatus)
 
     @property
     def task_id(self) -> str:
@@ -112,6 +114,7 @@ class TaskRecord:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "history": [{"state": s, "at": t} for s, t in self.history],
+            "checkpoint": None if self.checkpoint is None else dict(self.checkpoint),
         }
 
 

@@ -68,6 +68,12 @@ def task_id_of(name: str, cluster_id: int) -> str:
     return f"{name}-{cluster_id}"[-128:].lstrip("-._") or f"c{cluster_id}"
 
 
+def cluster_task_id(name: str, cluster_id: int, task: Mapping[str, Any]) -> str:
+    """The agent task id a cluster row's task runs under: its document's (a managed job's,
+    shared by every attempt), else :func:`task_id_of`."""
+    return LaunchDocument.from_json(task).task_id or task_id_of(name, cluster_id)
+
+
 def node_task(
     doc: LaunchDocument,
     *,

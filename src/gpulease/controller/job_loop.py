@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock
-from gpulease.controller.document import LaunchDocument, task_id_of
+from gpulease.controller.document import LaunchDocument, cluster_task_id, task_id_of
 from gpulease.controller.job_document import JobDocument, attempt_targets, blocked_now
 from gpulease.controller.job_rules import (
     BILLED,
@@ -450,9 +450,7 @@ class JobReconciler:
             if node is None:
                 return False
             cluster = node.cluster
-            task_id = LaunchDocument.from_json(cluster.task).task_id or task_id_of(
-                cluster.name, cluster.id
-            )
+            task_id = cluster_task_id(cluster.name, cluster.id, cluster.task)
             ref = NodeRef(node.provider, node.instance_id, node.agent_url or "")
             if event.kind is EventKind.PREEMPTED:
                 return _mark_preempted(session, node, event, self.clock.now())

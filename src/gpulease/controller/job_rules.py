@@ -52,8 +52,13 @@ class AttemptView:
     reason: str = ""
 
     @property
-    def lost_node(self) -> bool:
-        return any(s in (NodeState.LOST, NodeState.PREEMPTED) for s in self.node_states)
+    def lost_node(self) -> str | None:
+        """Why a node of the attempt is gone or going, if one is."""
+        if NodeState.PREEMPTED in self.node_states:
+            return "a node was preempted by the provider"
+        if NodeState.LOST in self.node_states:
+            return "a node stopped answering (heartbeats missed)"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +198,7 @@ def _watch(snap: JobSnapshot) -> list[JobAction]:
     if attempt.status in ENDED:
         return _attempt_ended(snap, attempt)
     if attempt.lost_node:
-        return _lost(snap, attempt, "a node stopped answering (heartbeats missed)")
+        return _lost(snap, attempt, attempt.lost_node)
     if attempt.status is not _C.RUNNING:
         return []
     if job.status is _J.STARTING:

@@ -20,7 +20,8 @@ from sqlalchemy import Engine
 
 from gpulease.catalog.runtime import catalog_for
 from gpulease.clock import Clock
-from gpulease.controller import ExecResult, LaunchDocument, LogChunk, NodeRef, task_id_of
+from gpulease.controller import ExecResult, LaunchDocument, LogChunk, NodeRef
+from gpulease.controller.document import cluster_task_id
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsStopStart
@@ -220,7 +221,7 @@ class ClusterService:
     def _node(self, name: str, rank: int) -> tuple[NodeRef | None, str, ClusterStatus]:
         with session_scope(self.engine) as session:
             cluster = self._find(session, name)
-            task_id = task_id_of(cluster.name, cluster.id)
+            task_id = cluster_task_id(cluster.name, cluster.id, cluster.task)
             for node in reversed(list_nodes(session, cluster.id)):
                 if node.node_rank == rank and node.state is NodeState.READY and node.agent_url:
                     ref = NodeRef(node.provider, node.instance_id, node.agent_url)
