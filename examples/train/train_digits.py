@@ -113,6 +113,8 @@ def main() -> None:
             if should_stop():  # preempted: the checkpoint above is the one to resume from
                 if mgr:
                     mgr.wait()
+                if info.is_main:
+                    print(f"preempted at step {step}; checkpoint saved", flush=True)
                 exit_preempted()
             time.sleep(args.step_delay)
         if info.is_main and seen:
