@@ -1,0 +1,115 @@
+"""Managed jobs under faults, through the CLI and a real server on the sim provider: the server
+is killed (SIGKILL) while a job runs and again while it recovers from a preemption, restarted by
+the next CLI call, and the job goes on with no attempt launched twice; a cancel during recovery
+leaves nothing running. A task that fails is restarted ``max_restarts_on_errors`` times, then the
+job FAILS."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulease.providers.base import TAG_CLUSTER, InstanceState
+from gpulease.providers.local import LocalProvider
+from tests.cli.conftest import Cli
+from tests.cli.test_jobs_spot_train import write_trace
+from tests.providers.procs import node_pids
+from tests.server.conftest import wait_until
+
+
+@pytest.fixture
+def user(cli: Cli, tmp_path: Path) -> Iterator[Cli]:
+    trace = tmp_path / "trace.json"
+    write_trace(trace, [(1, 10), (0, 8), (1, 600)], gap_s=60)  # one outage: 10 s → 18 s
+    cli.home.mkdir(parents=True, exist_ok=True)
+    (cli.home / "config.yaml").write_text(
+        "providers:\n  sim:\n    time_scale: 60\n    provision_seconds: [30, 60]\n"
+        f"    notice_seconds: 60\n    spot_trace: {trace}\n"
+    )
+    yield cli
+    cli("server", "stop")
+    nodes = LocalProvider(cli.home / "sim" / "local", kill_grace_s=0.5)
+    live = [i.id for i in nodes.list_instances({}) if i.state is not InstanceState.TERMINATED]
+    if live:
+        nodes.terminate(live)
+        wait_until(lambda: not node_pids(nodes, live) or None, 20, "sim nodes to die")
+
+
+def _show(user: Cli, job_id: int = 1) -> dict[str, Any]:
+    out = user("jobs", "show", str(job_id), "--json", check=True)
+    view: dict[str, Any] = json.loads(out.stdout)
+    return view
+
+
+def _kill_server(user: Cli) -> None:
+    info = json.loads((user.home / "server.json").read_text())
+    os.kill(int(info["pid"]), signal.SIGKILL)
+    wait_until(lambda: not _alive(int(info["pid"])) or None, 10, "the server to die")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _instances_per_cluster(user: Cli) -> Counter[str]:
+    nodes = LocalProvider(user.home / "sim" / "local")
+    return Counter(i.tags[TAG_CLUSTER] for i in nodes.list_instances({}))
+
+
+@pytest.mark.slow
+def test_server_killed_while_running_and_recovering_then_cancel(user: Cli, tmp_path: Path) -> None:
+    task = tmp_path / "long.yaml"
+    task.write_text(
+        "name: long\nresources:\n  accelerators: T4:1\n  use_spot: true\n"
+        "run: for i in $(seq 1 600); do sleep 0.1; done\n"
+    )
+    out = user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
+    assert "managed job 1" in out.stderr
+    wait_until(lambda: _show(user)["status"] == "running" or None, 60, "the job to run")
+    _kill_server(user)  # while it runs; the preemption (sim time) comes while it is away
+    wait_until(lambda: _show(user)["recoveries"] >= 1 or None, 60, "a recovery")
+    wait_until(lambda: _show(user)["status"] != "running" or None, 30, "recovering")
+    _kill_server(user)  # while it recovers (spot is out for 8 s)
+    view = _show(user)
+    assert view["status"] in ("recovering", "starting", "running"), view
+    cancelled = json.loads(user("jobs", "cancel", "1", "--json", check=True).stdout)
+    assert cancelled["cancel_requested"] is True
+    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 60, "the cancel")
+
+    view = _show(user)
+    attempts = [a["name"] for a in view["attempts"]]
+    assert all(a["status"] == "terminated" for a in view["attempts"]), view["attempts"]
+    per_cluster = _instances_per_cluster(user)
+    assert set(per_cluster) <= set(attempts)
+    assert all(count == 1 for count in per_cluster.values()), per_cluster  # no duplicate node
+    nodes = LocalProvider(user.home / "sim" / "local")
+    assert all(i.state is InstanceState.TERMINATED for i in nodes.list_instances({}))
+    queue = user("jobs", "queue", check=True).stdout
+    assert "cancelled" in queue and "long" in queue
+
+
+@pytest.mark.slow
+def test_a_failing_task_is_restarted_then_the_job_fails(user: Cli, tmp_path: Path) -> None:
+    task = tmp_path / "bad.yaml"
+    task.write_text(
+        "name: bad\nresources:\n  accelerators: T4:1\n"
+        "job_recovery:\n  max_restarts_on_errors: 1\nrun: echo boom; exit 3\n"
+    )
+    out = user("jobs", "launch", str(task), "--provider", "sim")
+    assert out.returncode == 1, out.stderr
+    view = _show(user)
+    assert view["status"] == "failed" and view["failure"] == "task"
+    assert view["restarts"] == 1 and view["attempt"] == 2
+    assert "exit code 3" in view["reason"]
+    assert view["pricing"] == "on_demand"  # use_spot defaults to false
