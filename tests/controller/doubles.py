@@ -119,6 +119,7 @@ class FakeAgent:
     submits: int = 0
     cancels: int = 0
     log: bytes = b""
+    preempts: list[tuple[str, float]] = field(default_factory=list)  # (task id, grace s)
 
 
 class Unavailable(Retryable):
@@ -174,6 +175,10 @@ class _Port:
         self._check()
         self.a.cancels += 1
         self.a.state = "CANCELLED"
+
+    def preempt(self, task_id: str, grace_s: float) -> None:
+        self._check()
+        self.a.preempts.append((task_id, grace_s))
 
     def logs(self, task_id: str, offset: int, limit: int | None = None) -> LogChunk:
         self._check()

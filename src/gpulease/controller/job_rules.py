@@ -150,10 +150,20 @@ def decide_job(snap: JobSnapshot) -> list[JobAction]:
         return _final(snap)
     if job.cancel_requested and job.status is not _J.CANCELLING:
         return [SetJob(_J.CANCELLING, "cancel requested"), *_end(snap, "job cancelled")]
-    if timeout_exit(job.status, job.status_changed_at, snap.now) is not None:
+    if timeout_exit(job.status, job.status_changed_at, snap.now) is not None and not _arrived(snap):
         return _timed_out(snap)
     rule = _RULES[job.status]
     return rule(snap)
+
+
+def _arrived(snap: JobSnapshot) -> bool:
+    """A STARTING job whose attempt already runs or ended: its next step is no timeout."""
+    attempt = snap.attempt
+    return (
+        snap.job.status is _J.STARTING
+        and attempt is not None
+        and (attempt.status is _C.RUNNING or attempt.status in ENDED)
+    )
 
 
 def _timed_out(snap: JobSnapshot) -> list[JobAction]:
@@ -221,7 +231,7 @@ def _attempt_ended(snap: JobSnapshot, attempt: AttemptView) -> list[JobAction]:
     stop = job.pending_stop
     if stop == "budget":
         spent = f"${job.cost_usd:.2f}"
-        budget = job.doc.policy.budget_usd
+        budget = job.doc.policy.budget_usd or 0.0
         msg = f"budget: spent {spent} of ${budget:.2f}; stopped with a checkpoint"
         return [*_end(snap, "budget"), SetJob(_J.FAILED, msg, "budget")]
     if stop in ("migrate", "price"):
