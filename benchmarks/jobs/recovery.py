@@ -1,15 +1,17 @@
-"""Recovery time of a managed spot job on the sim provider: from the moment the simulated cloud
-takes the node back to the moment the user's code runs again on the next attempt, minus the
-simulated provisioning delay (set to 0 here, so nothing is subtracted).
+"""Recovery time of a managed spot job on the sim provider: from the preemption notice to the
+user's code running again on the next attempt, minus the simulated provisioning delay (set to 0
+here, so nothing is subtracted).
 
 The sim clock runs at real time (``time_scale: 1``); spot is always obtainable and each spot node
-is preempted after an exponential time (``preemptions_per_hour``), with a 2 s notice. The task
-appends a timestamp to a file whenever it starts. Per preemption: recovery = start of the next
-attempt's user code − the node's preemption time (from the sim provider's records); a node taken
-again before its code ran makes one recovery, counted from the later preemption. Baseline, in
-the same run: the first launch (job submitted → user code running).
+is preempted after an exponential time (``preemptions_per_hour``), with ``--notice`` seconds of
+warning. The task appends a timestamp to a file whenever it starts. The agent relays the notice,
+the task stops, and the next attempt starts at once — often before the node is actually taken.
+Per preemption (times from the sim provider's records): recovery = start of the next attempt's
+user code − the notice; downtime = how long after the preemption itself the code was not running
+(0 when it already ran elsewhere). A node taken again before its code ran counts once, with the
+later preemption. Baseline, in the same run: the first launch (job submitted → code running).
 
-    python benchmarks/jobs/recovery.py [--preemptions 6] [--json out.json]
+    python benchmarks/jobs/recovery.py [--preemptions 6] [--notice 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ def _cli(home: Path, *args: str) -> str:
     return done.stdout
 
 
-def _setup(home: Path, rate_per_hour: float) -> Path:
+def _setup(home: Path, rate_per_hour: float, notice_s: float) -> Path:
     home.mkdir(parents=True)
     (home / "config.yaml").write_text(
         "providers:\n  sim:\n    time_scale: 1\n    provision_seconds: [0, 0]\n"
-        f"    notice_seconds: 2\n    preemptions_per_hour: {rate_per_hour}\n    seed: 7\n"
+        f"    notice_seconds: {notice_s}\n    preemptions_per_hour: {rate_per_hour}\n"
+        "    seed: 7\n"
     )
     marks = home / "starts.txt"
     task = home / "task.yaml"
@@ -60,23 +63,30 @@ def _preempt_times(home: Path) -> list[float]:
     return sorted(r["preempt_at"] for r in records.values() if r["preempted"])
 
 
-def _recoveries(starts: list[float], taken: list[float]) -> list[float]:
-    """Next start − preemption, for preemptions followed by a start before the next preemption
-    (a node preempted again before its code ran is one longer recovery, counted once, from the
-    later preemption)."""
-    found: list[float] = []
+def _recoveries(starts: list[float], taken: list[float], notice_s: float) -> list[dict[str, float]]:
+    """Per preemption: its notice, the next start of user code after that notice (if before the
+    next notice), the time from notice to code running, and the downtime after the preemption
+    itself (0 when the next attempt was already running: the notice was used to move early)."""
+    found: list[dict[str, float]] = []
     for i, at in enumerate(taken):
-        following = min((s for s in starts if s > at), default=None)
-        later = taken[i + 1] if i + 1 < len(taken) else float("inf")
-        if following is not None and following < later:
-            found.append(following - at)
+        notice = at - notice_s
+        following = min((s for s in starts if s > notice), default=None)
+        later = taken[i + 1] - notice_s if i + 1 < len(taken) else float("inf")
+        if following is None or following >= later:
+            continue  # taken again before its code ran: counted with the later preemption
+        found.append(
+            {
+                "from_notice_s": round(following - notice, 3),
+                "downtime_s": round(max(0.0, following - at), 3),
+            }
+        )
     return found
 
 
-def measure(preemptions: int, rate_per_hour: float) -> dict[str, Any]:
+def measure(preemptions: int, rate_per_hour: float, notice_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpulease-recovery-") as tmp:
         home = Path(tmp) / "home"
-        task = _setup(home, rate_per_hour)
+        task = _setup(home, rate_per_hour, notice_s)
         submitted = time.time()
         _cli(home, "jobs", "launch", str(task), "--provider", "sim", "--detach")
         try:
@@ -89,17 +99,20 @@ def measure(preemptions: int, rate_per_hour: float) -> dict[str, Any]:
             _cli(home, "server", "stop")
         starts = _starts(home)
         taken = _preempt_times(home)
-    recoveries = _recoveries(starts, taken)[:preemptions]
+    found = _recoveries(starts, taken, notice_s)[:preemptions]
     first_launch = starts[0] - submitted
+    from_notice = [r["from_notice_s"] for r in found]
+    downtime = [r["downtime_s"] for r in found]
+    median = statistics.median(from_notice) if found else None
     return {
-        "preemptions": len(recoveries),
-        "recovery_s": [round(r, 3) for r in recoveries],
-        "median_s": round(statistics.median(recoveries), 3) if recoveries else None,
-        "max_s": round(max(recoveries), 3) if recoveries else None,
+        "preemptions": len(found),
+        "notice_s": notice_s,
+        "recoveries": found,
+        "median_from_notice_s": round(median, 3) if median is not None else None,
+        "max_from_notice_s": max(from_notice, default=None),
+        "max_downtime_s": max(downtime, default=None),
         "first_launch_s": round(first_launch, 3),
-        "median_vs_first_launch": round(statistics.median(recoveries) / first_launch, 3)
-        if recoveries
-        else None,
+        "median_vs_first_launch": round(median / first_launch, 3) if median else None,
     }
 
 
@@ -107,9 +120,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preemptions", type=int, default=6)
     parser.add_argument("--rate", type=float, default=120.0, help="preemptions per node-hour")
+    parser.add_argument("--notice", type=float, default=2.0, help="seconds of warning (AWS: 120)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    result = measure(args.preemptions, args.rate)
+    result = measure(args.preemptions, args.rate, args.notice)
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
