@@ -300,6 +300,8 @@ class JobReconciler:
         targets = self._targets(snap, mode)
         if not targets and mode == "spot" and job.doc.policy.use_spot == "auto":
             mode, targets = "on_demand", self._targets(snap, "on_demand")
+        if not targets and job.doc.targets(mode):  # all above the price limit: wait for it
+            return self._recover(snap, Recover("launch", f"no {mode} offer under the price limit"))
         if not targets:
             return self._set_job(snap, SetJob(JobStatus.FAILED, f"no {mode} offer", "no_offer"))
         attempt = job.attempt + 1

@@ -136,7 +136,7 @@ _INTENT: dict[Status, frozenset[Status]] = {
 _J = JobStatus
 
 _JOB: dict[Status, frozenset[Status]] = {
-    _J.PENDING: frozenset({_J.STARTING, _J.FAILED, _J.CANCELLING}),
+    _J.PENDING: frozenset({_J.STARTING, _J.RECOVERING, _J.FAILED, _J.CANCELLING}),
     _J.STARTING: frozenset({_J.RUNNING, _J.RECOVERING, _J.SUCCEEDED, _J.FAILED, _J.CANCELLING}),
     _J.RUNNING: frozenset({_J.RECOVERING, _J.SUCCEEDED, _J.FAILED, _J.CANCELLING}),
     _J.RECOVERING: frozenset({_J.RECOVERING, _J.STARTING, _J.FAILED, _J.CANCELLING}),
