@@ -113,3 +113,31 @@ def test_a_failing_task_is_restarted_then_the_job_fails(user: Cli, tmp_path: Pat
     assert view["restarts"] == 1 and view["attempt"] == 2
     assert "exit code 3" in view["reason"]
     assert view["pricing"] == "on_demand"  # use_spot defaults to false
+
+
+@pytest.mark.slow
+def test_losing_one_node_of_a_two_node_job_recovers_the_job(user: Cli, tmp_path: Path) -> None:
+    task = tmp_path / "two.yaml"
+    task.write_text(
+        "name: two\nnum_nodes: 2\nresources:\n  accelerators: T4:1\n"
+        "run: for i in $(seq 1 600); do sleep 0.1; done\n"
+    )
+    user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
+    wait_until(lambda: _show(user)["status"] == "running" or None, 60, "the job to run")
+    first = _show(user)["attempts"][0]["name"]
+    nodes = LocalProvider(user.home / "sim" / "local")
+    ranks = {i.node_rank: i.id for i in nodes.list_instances({TAG_CLUSTER: first})}
+    assert sorted(ranks) == [0, 1]
+    nodes.terminate([ranks[1]])  # the cloud takes one node, behind gpulease's back
+
+    def recovered() -> bool | None:
+        view = _show(user)
+        return (view["attempt"] == 2 and view["status"] == "running") or None
+
+    wait_until(recovered, 60, "the job to run again on a fresh attempt")
+    view = _show(user)
+    assert view["recoveries"] == 1 and view["attempts"][0]["failure"] == "infra"
+    second = view["attempts"][1]["name"]
+    assert len(nodes.list_instances({TAG_CLUSTER: second})) == 2
+    user("jobs", "cancel", "1", check=True)
+    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 60, "the cancel")

@@ -6,7 +6,8 @@ How a job moves (``gpulease.state.JobStatus``; every move is table-checked, with
 ==============  ==========================================================================
 status          rules
 ==============  ==========================================================================
-PENDING         start the first attempt → STARTING (no target at all → FAILED)
+PENDING         start the first attempt → STARTING (no target at all → FAILED; the spot
+                policy waiting for spot → RECOVERING)
 STARTING        attempt RUNNING → RUNNING; SUCCEEDED → SUCCEEDED; failed → see below
 RUNNING         as STARTING; a node LOST (N heartbeats missed) counts as preempted;
                 on-demand while the spot policy wants spot, or the spot price above the
@@ -196,7 +197,9 @@ def _end(snap: JobSnapshot, reason: str) -> list[JobAction]:
 def _pending(snap: JobSnapshot) -> list[JobAction]:
     if not snap.job.doc.spot and not snap.job.doc.on_demand:
         return [SetJob(_J.FAILED, "no launchable offer", "no_offer")]
-    return [StartAttempt()]
+    if snap.wanted_mode == "idle":
+        return [SetJob(_J.RECOVERING, "the spot policy waits for spot capacity")]
+    return [StartAttempt(snap.wanted_mode)]
 
 
 def _watch(snap: JobSnapshot) -> list[JobAction]:
