@@ -10,7 +10,7 @@ import gpulease.client
 
 def test_the_client_exports_a_curated_surface() -> None:
     assert sorted(gpulease.client.__all__) == [
-        "Client", "Conflict", "InvalidRequest", "LogChunk", "NotFound", "ServerError",
+        "Client", "Conflict", "InvalidRequest", "JobLogChunk", "LogChunk", "NotFound", "ServerError",
         "ServerInfo", "ServerUnavailable", "Unauthorized", "connect", "read_info", "running",
         "stop",
     ]  # fmt: skip
