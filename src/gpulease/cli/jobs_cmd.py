@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpulease.cli.follow import client, say
-from gpulease.cli.launch_cmd import _workdir
+from gpulease.cli.launch_cmd import resolve_workdir
 from gpulease.cli.output import console, print_json
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def launch(
     if provider:
         data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
     with client() as api:
-        view = api.job_launch(data, name=name, workdir=_workdir(task.workdir))
+        view = api.job_launch(data, name=name, workdir=resolve_workdir(task.workdir))
         if as_json:
             print_json(view)
             return
@@ -165,7 +165,7 @@ def report(view: dict[str, Any], *, brief: bool = False) -> str:
         f"restarts {view['restarts']}",
         f"  spent ${cost['spent_usd']:.4f} for {cost['run_hours']:.2f} h of running",
     ]
-    if cost["on_demand_equivalent_usd"] is not None:
+    if cost["saving_pct"] is not None:
         lines.append(
             f"  on-demand would have cost ${cost['on_demand_equivalent_usd']:.4f} "
             f"(${cost['on_demand_price_per_hour']:.4f}/h): saving {cost['saving_pct']}%"

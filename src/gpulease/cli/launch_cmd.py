@@ -43,7 +43,7 @@ def launch(
     task, warnings = load_task_with_warnings(task_file)
     for warning in warnings:
         say(f"warning: {warning}")
-    workdir = _workdir(task.workdir)
+    workdir = resolve_workdir(task.workdir)
     data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     if provider:
         data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
@@ -59,7 +59,7 @@ def launch(
     raise typer.Exit(code)
 
 
-def _workdir(workdir: str | None) -> str | None:
+def resolve_workdir(workdir: str | None) -> str | None:
     """The task's workdir as an absolute path (relative ones are taken from the current
     directory); it must exist."""
     if workdir is None:
