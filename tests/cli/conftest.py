@@ -16,7 +16,9 @@ class Cli:
     def __init__(self, home: Path) -> None:
         self.home = home
 
-    def __call__(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, check: bool = False, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "GPULEASE_HOME": str(self.home), "COLUMNS": "200"}
         result = subprocess.run(
             [sys.executable, "-m", "gpulease", *args],
@@ -25,7 +27,7 @@ class Cli:
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
         if check:
             assert result.returncode == 0, result.stderr
@@ -35,3 +37,25 @@ class Cli:
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path / "home")
+
+
+def configure_sim(cli: Cli, settings: str) -> Cli:
+    """Give the home a config whose ``providers.sim`` section is ``settings`` (YAML lines)."""
+    cli.home.mkdir(parents=True, exist_ok=True)
+    (cli.home / "config.yaml").write_text(f"providers:\n  sim:\n{settings}")
+    return cli
+
+
+def stop_server_and_sim_nodes(cli: Cli) -> None:
+    """Stop the home's server and make sure no sim node process outlives the test."""
+    from gpulease.providers.base import InstanceState
+    from gpulease.providers.local import LocalProvider
+    from tests.providers.procs import node_pids
+    from tests.server.conftest import wait_until
+
+    cli("server", "stop")
+    nodes = LocalProvider(cli.home / "sim" / "local", kill_grace_s=0.5)
+    live = [i.id for i in nodes.list_instances({}) if i.state is not InstanceState.TERMINATED]
+    if live:
+        nodes.terminate(live)
+        wait_until(lambda: not node_pids(nodes, live) or None, 20, "sim nodes to die")

@@ -13,41 +13,22 @@ from typing import Any
 
 import pytest
 
-from gpulease.providers.base import InstanceState
-from gpulease.providers.local import LocalProvider
-from tests.cli.conftest import Cli
-from tests.providers.procs import node_pids
-from tests.server.conftest import wait_until
-
-
-def _home(cli: Cli, sim: str) -> Cli:
-    cli.home.mkdir(parents=True, exist_ok=True)
-    (cli.home / "config.yaml").write_text(f"providers:\n  sim:\n{sim}")
-    return cli
-
-
-def _cleanup(cli: Cli) -> None:
-    cli("server", "stop")
-    nodes = LocalProvider(cli.home / "sim" / "local", kill_grace_s=0.5)
-    live = [i.id for i in nodes.list_instances({}) if i.state is not InstanceState.TERMINATED]
-    if live:
-        nodes.terminate(live)
-        wait_until(lambda: not node_pids(nodes, live) or None, 20, "sim nodes to die")
+from tests.cli.conftest import Cli, configure_sim, stop_server_and_sim_nodes
 
 
 @pytest.fixture
 def pricey(cli: Cli) -> Iterator[Cli]:
     """Spot prices ×5 from 0.15 sim hours (9 s) on, at 60× real time."""
-    yield _home(cli, "    time_scale: 60\n    provision_seconds: [0, 10]\n"
+    yield configure_sim(cli, "    time_scale: 60\n    provision_seconds: [0, 10]\n"
                      "    spot_price_changes: [[0.15, 5.0]]\n")  # fmt: skip
-    _cleanup(cli)
+    stop_server_and_sim_nodes(cli)
 
 
 @pytest.fixture
 def hourly(cli: Cli) -> Iterator[Cli]:
     """One simulated hour per real second."""
-    yield _home(cli, "    time_scale: 3600\n    provision_seconds: [60, 60]\n")
-    _cleanup(cli)
+    yield configure_sim(cli, "    time_scale: 3600\n    provision_seconds: [60, 60]\n")
+    stop_server_and_sim_nodes(cli)
 
 
 def _show(user: Cli) -> dict[str, Any]:

@@ -18,9 +18,8 @@ import pytest
 
 from gpulease.providers.base import TAG_CLUSTER, InstanceState
 from gpulease.providers.local import LocalProvider
-from tests.cli.conftest import Cli
+from tests.cli.conftest import Cli, configure_sim, stop_server_and_sim_nodes
 from tests.cli.test_jobs_spot_train import write_trace
-from tests.providers.procs import node_pids
 from tests.server.conftest import wait_until
 
 
@@ -28,18 +27,13 @@ from tests.server.conftest import wait_until
 def user(cli: Cli, tmp_path: Path) -> Iterator[Cli]:
     trace = tmp_path / "trace.json"
     write_trace(trace, [(1, 10), (0, 8), (1, 600)], gap_s=60)  # one outage: 10 s → 18 s
-    cli.home.mkdir(parents=True, exist_ok=True)
-    (cli.home / "config.yaml").write_text(
-        "providers:\n  sim:\n    time_scale: 60\n    provision_seconds: [30, 60]\n"
-        f"    notice_seconds: 60\n    spot_trace: {trace}\n"
+    configure_sim(
+        cli,
+        "    time_scale: 60\n    provision_seconds: [30, 60]\n"
+        f"    notice_seconds: 60\n    spot_trace: {trace}\n",
     )
     yield cli
-    cli("server", "stop")
-    nodes = LocalProvider(cli.home / "sim" / "local", kill_grace_s=0.5)
-    live = [i.id for i in nodes.list_instances({}) if i.state is not InstanceState.TERMINATED]
-    if live:
-        nodes.terminate(live)
-        wait_until(lambda: not node_pids(nodes, live) or None, 20, "sim nodes to die")
+    stop_server_and_sim_nodes(cli)
 
 
 def _show(user: Cli, job_id: int = 1) -> dict[str, Any]:

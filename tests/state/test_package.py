@@ -25,6 +25,7 @@ PUBLIC_API = {
     "ClusterStatus",
     "NodeState",
     "IntentStatus",
+    "JobStatus",
     "Status",
     "TRANSITIONS",
     "TRANSIENT_TIMEOUTS",
@@ -39,6 +40,13 @@ PUBLIC_API = {
     "LaunchIntent",
     "StatusChange",
     "ServerIdentity",
+    "Job",
+    # managed jobs
+    "create_job",
+    "get_job",
+    "list_jobs",
+    "job_clusters",
+    "add_event",
     # db and migrations
     "database_url",
     "make_engine",
