@@ -1,31 +1,47 @@
 """The ``gpulease`` deadline-aware spot policy.
 
-Rules, in order, at the start of each tick (issue 5 semantics, all times in seconds):
+Online: each decision uses the current :class:`~gpulease.spot.sim.Observation` and what the policy
+itself has seen earlier in the same window (availability history), never the future; ``reset()``
+(called by the simulator for every window, and implied by a tick-0 observation or a tick that goes
+backwards) forgets everything. Rules at the start of each tick (issue 5 semantics, seconds):
 
-1. **Spot when available, idle when not** — idling is free, so an outage costs only slack.
-2. **Lagging uniform schedule.** While progress is below the target ``C·t / (SCHEDULE_STRETCH·D)``
-   and spot is unavailable, run on-demand (the "Can't Be Late" uniform-progress idea: spend
-   on-demand in outages only to keep pace, so spot later in the window is not wasted by finishing
-   early, nor by being forced onto on-demand for the whole tail).
-3. **Hysteresis on on-demand.** Having paid a changeover to get onto on-demand, stay there while
-   spot is unavailable or while progress is not above the target (``HYSTERESIS_CHANGEOVERS``
-   changeovers' worth of schedule ahead); leave for spot as soon as that is no longer true.
-4. **Exact safety net** (:func:`is_safe`): a proposal other than on-demand is taken only if, even
-   when spot vanishes for the rest of the window, on-demand alone can still finish in time;
-   otherwise run on-demand.
+**A. Changeover shorter than a tick (``d < gap``): learned model.** The availability seen so far
+in the window is summarised as a two-state Markov chain (:class:`~gpulease.spot.spot_model.
+MarkovEstimate`: transition counts blended with a weak prior) and the policy takes the decision that
+minimises the *expected* cost to finish under that chain
+(:func:`~gpulease.spot.spot_model.table_for`, an exact backward dynamic program over (ticks left,
+availability, previous mode, progress), cached per rounded chain). This is what lets it idle
+through outages when the observed availability will carry the job (greedy-like on rich traces),
+buy on-demand early when it will not, and weigh each changeover against the expected run.
 
-Constants and why:
+**B. Changeover of a tick or more (``d ≥ gap``), or a problem outside the table's scope:
+schedule rules.** A restart then bills at least one tick with no progress, so whether a switch
+pays depends on whether the new spot run lasts beyond a tick — exactly where real traces' heavy
+tailed runs break the Markov model (measured: the model is worse than uniform progress there).
 
-* ``SCHEDULE_STRETCH = 1.03``: the target line reaches ``C`` 3 % after the deadline. Uniform
-  progress uses ``1.0`` together with a conservative safety net that reserves two changeovers; our
-  safety net is exact, so the tail is protected anyway and the schedule may lag slightly, which
-  lets the window's last spot ticks be used instead of on-demand bought early. Values in
-  ``[1.0, 1.05]`` behave alike on synthetic and published traces; larger values push too much work
-  into the forced on-demand tail.
-* ``HYSTERESIS_CHANGEOVERS = 0.0``: uniform progress waits two changeovers ahead of schedule before
-  leaving on-demand; experiments showed that returning to spot as soon as progress is above the
-  schedule is cheaper (the on-demand changeover is already sunk, and a spot tick costs 0.32 of an
-  on-demand tick).
+1. Spot when available, idle when not — idling is free, so an outage costs only slack.
+2. *Lagging uniform schedule*: while progress is below ``C·t / (SCHEDULE_STRETCH·D)`` and spot is
+   unavailable, run on-demand.
+3. *On-demand hysteresis*: once on on-demand, stay while spot is unavailable, while progress is not
+   above the schedule at ``t + HYSTERESIS_CHANGEOVERS·d``, or (when ``d > gap``) while the spot run
+   is younger than ``CONFIRM_TICKS`` ticks — on real traces most spot runs last one or two ticks,
+   and a run that has survived a tick is much more likely to last (heavy tails), so leaving a
+   paid-up on-demand for a one-tick run wastes two changeovers.
+
+**C. Exact safety net** (:func:`is_safe`), on top of A and B: a proposal other than on-demand is
+taken only if, even when spot vanishes for the rest of the window, on-demand alone can still finish
+in time; otherwise run on-demand.
+
+Constants of B and why (measured on the AWS 2022-10-26 traces, 100 windows × 8 deadlines; see
+benchmarks/README.md — they are tuned on that benchmark, values nearby behave alike):
+
+* ``SCHEDULE_STRETCH = 1.04``: the target line reaches ``C`` 4 % after the deadline. The safety net
+  is exact, so the tail is protected anyway and the schedule may lag slightly, which lets the
+  window's last spot ticks be used instead of on-demand bought early (1.0–1.05 within 0.001).
+* ``HYSTERESIS_CHANGEOVERS = -0.5``: leave on-demand for a confirmed spot run as soon as progress is
+  above the schedule half a changeover ago; waiting longer (uniform progress waits two changeovers
+  ahead) makes on-demand blocks longer than the spot they displace is worth.
+* ``CONFIRM_TICKS = 2``: see rule 3 (3 ticks was worse: it gives away the start of long runs).
 
 Why it never misses (invariant). Call a state *safe* when on-demand from now on finishes by the
 deadline: with ``N`` ticks left (this one included) and ``rem`` work left, ``ceil((rem + p)/gap)
@@ -36,9 +52,10 @@ on. (b) :func:`is_safe` allows idle or spot only if the state after this tick is
 case, i.e. spot unavailable at the next tick: ``ceil((rem' + d)/gap) ≤ N − 1`` where ``rem'`` is
 ``rem`` (idle) or ``rem`` less this tick's spot progress ``min(max(0, gap − pending), rem)``; if
 spot stays available, switching to on-demand from spot also costs exactly ``d``, so the same bound
-holds. Hence if the first tick is safe (``ceil((C + d)/gap) ≤ floor(D/gap)``) every tick is, and
-the job finishes in time. When the first tick is not safe no policy can guarantee the deadline; we
-then run on-demand throughout, the fastest worst-case plan.
+holds. Whatever A or B proposes passes through (b), so if the first tick is safe
+(``ceil((C + d)/gap) ≤ floor(D/gap)``) every tick is, and the job finishes in time. When the first
+tick is not safe no policy can guarantee the deadline; we then run on-demand throughout, the
+fastest worst-case plan.
 """
 
 from __future__ import annotations
@@ -46,11 +63,15 @@ from __future__ import annotations
 import math
 
 from gpulease.spot.sim import Mode, Observation
+from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO, IDLE, OD, MarkovEstimate, table_for
 
 _EPS = 1e-9
 
-SCHEDULE_STRETCH = 1.03
-HYSTERESIS_CHANGEOVERS = 0.0
+SCHEDULE_STRETCH = 1.04
+HYSTERESIS_CHANGEOVERS = -0.5
+CONFIRM_TICKS = 2
+
+_FROM_CODE = {OD: Mode.ON_DEMAND, IDLE: Mode.IDLE}
 
 
 def _ticks(seconds: float, gap: float) -> int:
@@ -82,28 +103,72 @@ def schedule(obs: Observation, lead: float = 0.0) -> float:
     return min(obs.job, (obs.elapsed + lead) * obs.job / horizon)
 
 
-def proposal(obs: Observation) -> Mode:
-    """The mode before the safety net: spot or idle, on-demand when behind schedule."""
-    behind = obs.progress < schedule(obs)
+def proposal(obs: Observation, spot_age: int = CONFIRM_TICKS) -> Mode:
+    """Rule B: the mode before the safety net. ``spot_age``: ticks the current spot run has lasted
+    (this one included) as seen in the window."""
     if not obs.spot_available:
-        if behind or obs.prev_mode == Mode.ON_DEMAND:
+        if obs.progress < schedule(obs) or obs.prev_mode == Mode.ON_DEMAND:
             return Mode.ON_DEMAND
         return Mode.IDLE
     if obs.prev_mode == Mode.ON_DEMAND:
         lead = HYSTERESIS_CHANGEOVERS * obs.changeover
         if schedule(obs, lead) >= obs.progress:
             return Mode.ON_DEMAND
+        if obs.changeover > obs.gap and spot_age < CONFIRM_TICKS:
+            return Mode.ON_DEMAND
     return Mode.SPOT
 
 
 class GpuleasePolicy:
-    """Uniform-progress spot use with on-demand hysteresis and an exact safety net."""
+    """Expected-cost decisions under a learned availability model (short changeovers), schedule
+    rules with confirmed spot runs (long ones), and an exact safety net."""
 
     name = "gpulease"
 
+    def __init__(self, spot_ratio: float = DEFAULT_SPOT_RATIO) -> None:
+        self.spot_ratio = spot_ratio
+        self.reset()
+
     def reset(self) -> None:
-        """Stateless: nothing to forget between windows."""
+        """Forget the window: availability history, run age and the model's counts."""
+        self._last_tick = -1
+        self._last_up: bool | None = None
+        self._age = 0
+        self._estimate = MarkovEstimate()
+
+    def _observe(self, obs: Observation) -> None:
+        if obs.tick == 0 or obs.tick <= self._last_tick:
+            self.reset()
+        up = obs.spot_available
+        if self._last_up is not None and obs.tick == self._last_tick + 1:
+            self._estimate.observe(self._last_up, up)
+            self._age = self._age + 1 if up == self._last_up else 1
+        else:
+            self._age = 1
+        self._last_up = up
+        self._last_tick = obs.tick
+
+    def _model_mode(self, obs: Observation) -> Mode | None:
+        q, r = self._estimate.chain()
+        table = table_for(
+            job=obs.job,
+            deadline=obs.deadline,
+            changeover=obs.changeover,
+            gap=obs.gap,
+            q=q,
+            r=r,
+            spot_ratio=self.spot_ratio,
+        )
+        if table is None:
+            return None
+        code = table.decide(ticks_left(obs), obs.spot_available, int(obs.prev_mode), obs.progress)
+        return _FROM_CODE.get(code, Mode.SPOT)
 
     def decide(self, obs: Observation) -> Mode:
-        mode = proposal(obs)
+        self._observe(obs)
+        mode = self._model_mode(obs)
+        if mode is None:
+            mode = proposal(obs, self._age if obs.spot_available else 0)
+        if mode == Mode.SPOT and not obs.spot_available:
+            mode = Mode.IDLE
         return mode if is_safe(obs, mode) else Mode.ON_DEMAND
