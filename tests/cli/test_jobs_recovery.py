@@ -26,7 +26,7 @@ from tests.server.conftest import wait_until
 @pytest.fixture
 def user(cli: Cli, tmp_path: Path) -> Iterator[Cli]:
     trace = tmp_path / "trace.json"
-    write_trace(trace, [(1, 10), (0, 8), (1, 600)], gap_s=60)  # one outage: 10 s → 18 s
+    write_trace(trace, [(1, 10), (0, 20), (1, 600)], gap_s=60)  # one outage: 10 s → 30 s
     configure_sim(
         cli,
         "    time_scale: 60\n    provision_seconds: [30, 60]\n"
@@ -70,16 +70,17 @@ def test_server_killed_while_running_and_recovering_then_cancel(user: Cli, tmp_p
     )
     out = user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
     assert "managed job 1" in out.stderr
-    wait_until(lambda: _show(user)["status"] == "running" or None, 60, "the job to run")
+    wait_until(lambda: _show(user)["status"] == "running" or None, 120, "the job to run")
     _kill_server(user)  # while it runs; the preemption (sim time) comes while it is away
-    wait_until(lambda: _show(user)["recoveries"] >= 1 or None, 60, "a recovery")
-    wait_until(lambda: _show(user)["status"] != "running" or None, 30, "recovering")
-    _kill_server(user)  # while it recovers (spot is out for 8 s)
+    wait_until(lambda: _show(user)["recoveries"] >= 1 or None, 120, "a recovery")
+    recovering = ("recovering", "starting")
+    wait_until(lambda: _show(user)["status"] in recovering or None, 60, "recovering")
+    _kill_server(user)  # while it recovers (spot is out for 20 s)
     view = _show(user)
     assert view["status"] in ("recovering", "starting", "running"), view
     cancelled = json.loads(user("jobs", "cancel", "1", "--json", check=True).stdout)
     assert cancelled["cancel_requested"] is True
-    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 60, "the cancel")
+    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
 
     view = _show(user)
     attempts = [a["name"] for a in view["attempts"]]
@@ -117,7 +118,7 @@ def test_losing_one_node_of_a_two_node_job_recovers_the_job(user: Cli, tmp_path:
         "run: for i in $(seq 1 600); do sleep 0.1; done\n"
     )
     user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
-    wait_until(lambda: _show(user)["status"] == "running" or None, 60, "the job to run")
+    wait_until(lambda: _show(user)["status"] == "running" or None, 120, "the job to run")
     first = _show(user)["attempts"][0]["name"]
     nodes = LocalProvider(user.home / "sim" / "local")
     ranks = {i.node_rank: i.id for i in nodes.list_instances({TAG_CLUSTER: first})}
@@ -126,12 +127,12 @@ def test_losing_one_node_of_a_two_node_job_recovers_the_job(user: Cli, tmp_path:
 
     def recovered() -> bool | None:
         view = _show(user)
-        return (view["attempt"] == 2 and view["status"] == "running") or None
+        return (view["attempt"] >= 2 and view["status"] == "running") or None
 
-    wait_until(recovered, 60, "the job to run again on a fresh attempt")
+    wait_until(recovered, 120, "the job to run again on a fresh attempt")
     view = _show(user)
-    assert view["recoveries"] == 1 and view["attempts"][0]["failure"] == "infra"
-    second = view["attempts"][1]["name"]
-    assert len(nodes.list_instances({TAG_CLUSTER: second})) == 2
+    assert view["recoveries"] >= 1 and view["attempts"][0]["failure"] == "infra", view
+    current = view["attempts"][-1]["name"]
+    assert len(nodes.list_instances({TAG_CLUSTER: current})) == 2
     user("jobs", "cancel", "1", check=True)
-    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 60, "the cancel")
+    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
