@@ -50,6 +50,7 @@ from gpulease.errors import GpuleaseError
 from gpulease.providers.base import EventKind, Provider, ProviderEvent, SupportsSpotMarket
 from gpulease.spot import Mode, Observation
 from gpulease.spot.gpulease_policy import GpuleasePolicy
+from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO
 from gpulease.state import (
     Cluster,
     ClusterStatus,
@@ -229,8 +230,7 @@ class JobReconciler:
         if state is not None and state.tick == tick:
             return state.mode
         if state is None:
-            state = _PolicyState(GpuleasePolicy(), -1, "spot")
-            state.policy.reset()
+            state = _PolicyState(GpuleasePolicy(_spot_ratio(job.doc)), -1, "spot")
             self._policies[job.id] = state
         obs = Observation(
             tick=tick,
@@ -540,6 +540,15 @@ def _previous_mode(attempt: AttemptView | None) -> Mode:
 
 def _pending_changeover(attempt: AttemptView | None) -> bool:
     return attempt is not None and attempt.status in BILLED and attempt.status is not _C.RUNNING
+
+
+def _spot_ratio(doc: JobDocument) -> float:
+    """Spot ÷ on-demand price of the job's best offers (the spot policy weighs costs with it)."""
+    spot = [t.price_per_hour for t in doc.spot if t.price_per_hour]
+    od = doc.on_demand_price
+    if not spot or not od:
+        return DEFAULT_SPOT_RATIO
+    return min(1.0, spot[0] / od)
 
 
 def _launch_failures(job: JobView) -> int:
