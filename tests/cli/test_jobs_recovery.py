@@ -2,7 +2,8 @@
 is killed (SIGKILL) while a job runs and again while it recovers from a preemption, restarted by
 the next CLI call, and the job goes on with no attempt launched twice; a cancel during recovery
 leaves nothing running. A task that fails is restarted ``max_restarts_on_errors`` times, then the
-job FAILS."""
+job FAILS. Losing one node of two (the instance gone) or a node's agent (frozen: N heartbeats
+missed) recovers the job on a fresh attempt."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gpulease.providers.base import TAG_CLUSTER, InstanceState
 from gpulease.providers.local import LocalProvider
 from tests.cli.conftest import Cli, configure_sim, stop_server_and_sim_nodes
 from tests.cli.test_jobs_spot_train import write_trace
+from tests.providers.procs import node_pids
 from tests.server.conftest import wait_until
 
 
@@ -136,3 +138,32 @@ def test_losing_one_node_of_a_two_node_job_recovers_the_job(user: Cli, tmp_path:
     assert len(nodes.list_instances({TAG_CLUSTER: current})) == 2
     user("jobs", "cancel", "1", check=True)
     wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
+
+
+@pytest.mark.slow
+def test_a_node_whose_agent_stops_answering_is_recovered(user: Cli, tmp_path: Path) -> None:
+    """N missed heartbeats (not one) make the node LOST; the job recovers on a fresh attempt."""
+    task = tmp_path / "frozen.yaml"
+    task.write_text(
+        "name: frozen\nresources:\n  accelerators: T4:1\n"
+        "run: for i in $(seq 1 600); do sleep 0.1; done\n"
+    )
+    user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
+    wait_until(lambda: _show(user)["status"] == "running" or None, 120, "the job to run")
+    first = _show(user)["attempts"][0]["name"]
+    nodes = LocalProvider(user.home / "sim" / "local")
+    frozen = [i.id for i in nodes.list_instances({TAG_CLUSTER: first})]
+    for pid in node_pids(nodes, frozen):
+        os.kill(pid, signal.SIGSTOP)  # the node is up but its agent answers nothing
+
+    def recovered() -> bool | None:
+        view = _show(user)
+        return (view["attempt"] >= 2 and view["status"] == "running") or None
+
+    wait_until(recovered, 120, "the job to run again on a fresh attempt")
+    view = _show(user)
+    lost = next(e for e in view["events"] if e["kind"] == "preemption")
+    assert "heartbeats missed" in lost["detail"], view["events"]
+    user("jobs", "cancel", "1", check=True)
+    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
+    assert node_pids(nodes, frozen) == []  # the frozen node was terminated too
