@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,10 @@ def stop_server_and_sim_nodes(cli: Cli) -> None:
     if live:
         nodes.terminate(live)
         wait_until(lambda: not node_pids(nodes, live) or None, 20, "sim nodes to die")
+
+
+def show_job(cli: Cli, job_id: int = 1) -> dict[str, Any]:
+    """``gpulease jobs show ID --json``."""
+    out = cli("jobs", "show", str(job_id), "--json", check=True)
+    view: dict[str, Any] = json.loads(out.stdout)
+    return view

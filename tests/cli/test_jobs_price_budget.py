@@ -6,14 +6,12 @@ whose spend would pass its budget stops and FAILS saying so."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.cli.conftest import Cli, configure_sim, stop_server_and_sim_nodes
+from tests.cli.conftest import Cli, configure_sim, show_job, stop_server_and_sim_nodes
 
 
 @pytest.fixture
@@ -31,11 +29,6 @@ def hourly(cli: Cli) -> Iterator[Cli]:
     stop_server_and_sim_nodes(cli)
 
 
-def _show(user: Cli) -> dict[str, Any]:
-    view: dict[str, Any] = json.loads(user("jobs", "show", "1", "--json", check=True).stdout)
-    return view
-
-
 @pytest.mark.slow
 def test_the_spot_price_passing_the_limit_moves_the_job(pricey: Cli, tmp_path: Path) -> None:
     task = tmp_path / "t.yaml"
@@ -47,7 +40,7 @@ def test_the_spot_price_passing_the_limit_moves_the_job(pricey: Cli, tmp_path: P
     )
     out = pricey("jobs", "launch", str(task), "--provider", "sim")
     assert out.returncode == 0, out.stderr
-    view = _show(pricey)
+    view = show_job(pricey)
     assert view["status"] == "succeeded"
     kinds = [e["kind"] for e in view["events"]]
     assert "stop:price" in kinds and "price" in kinds, view["events"]
@@ -67,7 +60,7 @@ def test_the_budget_guard_stops_the_job_before_it_overspends(hourly: Cli, tmp_pa
     )
     out = hourly("jobs", "launch", str(task), "--provider", "sim")
     assert out.returncode == 1, out.stderr
-    view = _show(hourly)
+    view = show_job(hourly)
     assert view["status"] == "failed" and view["failure"] == "budget", view
     assert "budget: spent $" in view["reason"] and "stopped with a checkpoint" in view["reason"]
     assert "checkpoint taken" in out.stdout

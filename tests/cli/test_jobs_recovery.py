@@ -13,13 +13,12 @@ import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpulease.providers.base import TAG_CLUSTER, InstanceState
 from gpulease.providers.local import LocalProvider
-from tests.cli.conftest import Cli, configure_sim, stop_server_and_sim_nodes
+from tests.cli.conftest import Cli, configure_sim, show_job, stop_server_and_sim_nodes
 from tests.cli.test_jobs_spot_train import write_trace
 from tests.providers.procs import node_pids
 from tests.server.conftest import wait_until
@@ -38,12 +37,6 @@ def user(cli: Cli, tmp_path: Path) -> Iterator[Cli]:
     stop_server_and_sim_nodes(cli)
 
 
-def _show(user: Cli, job_id: int = 1) -> dict[str, Any]:
-    out = user("jobs", "show", str(job_id), "--json", check=True)
-    view: dict[str, Any] = json.loads(out.stdout)
-    return view
-
-
 def _kill_server(user: Cli) -> None:
     info = json.loads((user.home / "server.json").read_text())
     os.kill(int(info["pid"]), signal.SIGKILL)
@@ -56,6 +49,27 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def _launch_running(user: Cli, task: Path) -> str:
+    """Launch ``task`` as job 1 on sim, wait until it runs; its first attempt's cluster name."""
+    user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
+    wait_until(lambda: show_job(user)["status"] == "running" or None, 120, "the job to run")
+    name: str = show_job(user)["attempts"][0]["name"]
+    return name
+
+
+def _wait_recovered(user: Cli) -> None:
+    def recovered() -> bool | None:
+        view = show_job(user)
+        return (view["attempt"] >= 2 and view["status"] == "running") or None
+
+    wait_until(recovered, 120, "the job to run again on a fresh attempt")
+
+
+def _cancel(user: Cli) -> None:
+    user("jobs", "cancel", "1", check=True)
+    wait_until(lambda: show_job(user)["status"] == "cancelled" or None, 120, "the cancel")
 
 
 def _instances_per_cluster(user: Cli) -> Counter[str]:
@@ -72,19 +86,19 @@ def test_server_killed_while_running_and_recovering_then_cancel(user: Cli, tmp_p
     )
     out = user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
     assert "managed job 1" in out.stderr
-    wait_until(lambda: _show(user)["status"] == "running" or None, 120, "the job to run")
+    wait_until(lambda: show_job(user)["status"] == "running" or None, 120, "the job to run")
     _kill_server(user)  # while it runs; the preemption (sim time) comes while it is away
-    wait_until(lambda: _show(user)["recoveries"] >= 1 or None, 120, "a recovery")
+    wait_until(lambda: show_job(user)["recoveries"] >= 1 or None, 120, "a recovery")
     recovering = ("recovering", "starting")
-    wait_until(lambda: _show(user)["status"] in recovering or None, 60, "recovering")
+    wait_until(lambda: show_job(user)["status"] in recovering or None, 60, "recovering")
     _kill_server(user)  # while it recovers (spot is out for 20 s)
-    view = _show(user)
+    view = show_job(user)
     assert view["status"] in ("recovering", "starting", "running"), view
     cancelled = json.loads(user("jobs", "cancel", "1", "--json", check=True).stdout)
     assert cancelled["cancel_requested"] is True
-    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
+    wait_until(lambda: show_job(user)["status"] == "cancelled" or None, 120, "the cancel")
 
-    view = _show(user)
+    view = show_job(user)
     attempts = [a["name"] for a in view["attempts"]]
     assert all(a["status"] == "terminated" for a in view["attempts"]), view["attempts"]
     per_cluster = _instances_per_cluster(user)
@@ -105,7 +119,7 @@ def test_a_failing_task_is_restarted_then_the_job_fails(user: Cli, tmp_path: Pat
     )
     out = user("jobs", "launch", str(task), "--provider", "sim")
     assert out.returncode == 1, out.stderr
-    view = _show(user)
+    view = show_job(user)
     assert view["status"] == "failed" and view["failure"] == "task"
     assert view["restarts"] == 1 and view["attempt"] == 2
     assert "exit code 3" in view["reason"]
@@ -119,25 +133,18 @@ def test_losing_one_node_of_a_two_node_job_recovers_the_job(user: Cli, tmp_path:
         "name: two\nnum_nodes: 2\nresources:\n  accelerators: T4:1\n"
         "run: for i in $(seq 1 600); do sleep 0.1; done\n"
     )
-    user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
-    wait_until(lambda: _show(user)["status"] == "running" or None, 120, "the job to run")
-    first = _show(user)["attempts"][0]["name"]
+    first = _launch_running(user, task)
     nodes = LocalProvider(user.home / "sim" / "local")
     ranks = {i.node_rank: i.id for i in nodes.list_instances({TAG_CLUSTER: first})}
     assert sorted(ranks) == [0, 1]
     nodes.terminate([ranks[1]])  # the cloud takes one node, behind gpulease's back
 
-    def recovered() -> bool | None:
-        view = _show(user)
-        return (view["attempt"] >= 2 and view["status"] == "running") or None
-
-    wait_until(recovered, 120, "the job to run again on a fresh attempt")
-    view = _show(user)
+    _wait_recovered(user)
+    view = show_job(user)
     assert view["recoveries"] >= 1 and view["attempts"][0]["failure"] == "infra", view
     current = view["attempts"][-1]["name"]
     assert len(nodes.list_instances({TAG_CLUSTER: current})) == 2
-    user("jobs", "cancel", "1", check=True)
-    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
+    _cancel(user)
 
 
 @pytest.mark.slow
@@ -148,22 +155,15 @@ def test_a_node_whose_agent_stops_answering_is_recovered(user: Cli, tmp_path: Pa
         "name: frozen\nresources:\n  accelerators: T4:1\n"
         "run: for i in $(seq 1 600); do sleep 0.1; done\n"
     )
-    user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
-    wait_until(lambda: _show(user)["status"] == "running" or None, 120, "the job to run")
-    first = _show(user)["attempts"][0]["name"]
+    first = _launch_running(user, task)
     nodes = LocalProvider(user.home / "sim" / "local")
     frozen = [i.id for i in nodes.list_instances({TAG_CLUSTER: first})]
     for pid in node_pids(nodes, frozen):
         os.kill(pid, signal.SIGSTOP)  # the node is up but its agent answers nothing
 
-    def recovered() -> bool | None:
-        view = _show(user)
-        return (view["attempt"] >= 2 and view["status"] == "running") or None
-
-    wait_until(recovered, 120, "the job to run again on a fresh attempt")
-    view = _show(user)
+    _wait_recovered(user)
+    view = show_job(user)
     lost = next(e for e in view["events"] if e["kind"] == "preemption")
     assert "heartbeats missed" in lost["detail"], view["events"]
-    user("jobs", "cancel", "1", check=True)
-    wait_until(lambda: _show(user)["status"] == "cancelled" or None, 120, "the cancel")
+    _cancel(user)
     assert node_pids(nodes, frozen) == []  # the frozen node was terminated too
