@@ -55,6 +55,14 @@ def clear_cache() -> bool:
     return removed
 
 
+def write_table(table: OfferTable, meta: dict[str, Any]) -> Path:
+    """Write ``table`` as the cache and ``meta`` as ``meta.json``, each atomically."""
+    write_offers(cache_path(), table)
+    write_atomic(meta_path(), json.dumps(meta, indent=2) + "\n")
+    _catalog._LOADED.clear()
+    return cache_path()
+
+
 def _write_cache(new: Converted, refreshed: set[str], source: str, today: date) -> Path:
     if not new.rows:
         reasons = ", ".join(f"{r} ({n})" for r, n in new.skipped.most_common(5)) or "no rows"
@@ -62,7 +70,6 @@ def _write_cache(new: Converted, refreshed: set[str], source: str, today: date) 
     bundled = read_offers(_catalog.BUNDLED_OFFERS)
     kept = bundled.take(~np.isin(bundled.provider, sorted(refreshed)))
     table = OfferTable.concat([kept, table_from_rows(new.rows)])
-    write_offers(cache_path(), table)
     skipped = Counter({k: v for k, v in new.skipped.items() if not k.startswith("no accelerator")})
     meta = {
         "refreshed": today.isoformat(),
@@ -72,8 +79,7 @@ def _write_cache(new: Converted, refreshed: set[str], source: str, today: date) 
         "offers": len(table),
         "skipped": dict(skipped.most_common()),
     }
-    write_atomic(meta_path(), json.dumps(meta, indent=2) + "\n")
-    _catalog._LOADED.clear()
+    write_table(table, meta)
     if skipped:
         log.info("catalog refresh skipped %d offers: %s", sum(skipped.values()), dict(skipped))
     return cache_path()

@@ -39,6 +39,7 @@ def show(
         "offers": len(offers),
         "providers": dict(sorted(per_provider.items())),
         "accelerators": sorted({str(a) for a in offers.accelerator}),
+        "sources": dict(sorted(Counter(str(s) for s in offers.source).items())),
     }
     if as_json:
         print_json(data)
@@ -50,6 +51,8 @@ def show(
     for provider, count in sorted(per_provider.items()):
         out.print(f"  {provider:<12} {count:>6} offers")
     out.print(f"accelerators: {', '.join(data['accelerators'])}")  # type: ignore[arg-type]
+    for row_source, count in sorted(Counter(str(s) for s in offers.source).items()):
+        out.print(f"  source {row_source}: {count} offers", soft_wrap=True)
     if age > STALE_AFTER_DAYS:
         console(stderr=True).print(
             f"[yellow]warning:[/] the catalog is {age} days old (older than {STALE_AFTER_DAYS}); "
@@ -69,12 +72,42 @@ def update(
             "--from", help="A local folder of gpuhunt-format CSV files instead of the internet."
         ),
     ] = None,
+    region: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--region",
+            "-r",
+            help="With --provider aws: query this AWS region (repeatable; default: the "
+            "catalog's AWS regions with the most offers, at most 5).",
+        ),
+    ] = None,
 ) -> None:
-    """Refresh offers from gpuhunt (needs the `gpuhunt` extra and the internet, or --from DIR)."""
+    """Refresh offers from gpuhunt (needs the `gpuhunt` extra and the internet, or --from DIR).
+
+    `--provider aws` alone reads live spot prices and instance facts from the AWS API (boto3,
+    the `aws` extra, your AWS credentials) and merges them into the cache."""
+    if provider and {p.lower() for p in provider} == {"aws"} and source is None:
+        _update_aws(region or None)
+        return
+    if region:
+        raise UserInputError("--region: only with --provider aws (live AWS prices), without --from")
     from gpulease.catalog import update_from_gpuhunt
 
     path = update_from_gpuhunt(provider or None, source_dir=source)
     _report(path)
+
+
+def _update_aws(regions: list[str] | None) -> None:
+    from gpulease.catalog._aws_live import update_from_aws
+
+    result = update_from_aws(regions)
+    err = console(stderr=True)
+    for warning in result.warnings:
+        err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    console().print(
+        f"aws-api: {result.rows} AWS offers from {', '.join(result.regions)}", soft_wrap=True
+    )
+    _report(result.path)
 
 
 @app.command("import")
