@@ -14,6 +14,7 @@ requirements-dev.txt), started here once per test session (once per pytest-xdist
   machine leaks in; boto3's default session, which caches credentials, is fresh for the test);
   yields the endpoint URL. Code under test builds its clients as in production.
 - ``s3_env`` (function): ``aws_env`` plus a fresh, uniquely named empty bucket; yields its name.
+- ``ec2_env`` (function): ``aws_env`` after ``POST /moto-api/reset`` (fresh EC2 state).
 
 Import the fixtures a conftest needs from here (``from tests.awsfixtures import moto_server,
 aws_env, s3_env``); :func:`aws_client` gives a test its own boto3 client on the same server.
@@ -158,3 +159,18 @@ def s3_env(aws_env: str) -> str:
     bucket = f"gl-test-{uuid.uuid4().hex[:16]}"
     aws_client("s3", aws_env).create_bucket(Bucket=bucket)
     return bucket
+
+
+def reset_moto(endpoint_url: str) -> None:
+    """Wipe every service's state in the moto server at ``endpoint_url``."""
+    request = urllib.request.Request(f"{endpoint_url}/moto-api/reset", method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+
+
+@pytest.fixture
+def ec2_env(aws_env: str) -> str:
+    """``aws_env`` on a freshly reset moto server (no instances, groups or key pairs left by
+    earlier tests); yields the endpoint URL."""
+    reset_moto(aws_env)
+    return aws_env

@@ -44,7 +44,7 @@ def test_launch_on_the_sim_provider(user: Cli, tmp_path: Path) -> None:
     assert view["provider"] == "sim" and view["status"] == "succeeded"
     check = user("check", check=True).stdout
     assert "sim: enabled" in check and "local: enabled" in check
-    assert "aws: disabled — not available in this release" in check
+    assert "aws: disabled — no providers.aws section in the config" in check
     shell = user("ssh", "simjob", "--command", 'echo "$NODE_RANK $GPULEASE_NUM_NODES"; pwd')
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.splitlines()[0] == "0 1" and "/work" in shell.stdout

@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_FINAL_SYNC_TIMEOUT_S,
         help="seconds the final checkpoint sync may take before the task ends without it",
     )
+    serve.add_argument(
+        "--imds",
+        action="store_true",
+        help="poll EC2 instance metadata for spot interruption notices "
+        "(also on when $GPULEASE_AGENT_IMDS_URL is set)",
+    )
     serve.add_argument("--log-level", default="INFO")
     return parser
 
@@ -78,6 +84,10 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     threading.Thread(target=server.serve_forever, args=(0.1,), name="http", daemon=True).start()
+    if args.imds or os.environ.get("GPULEASE_AGENT_IMDS_URL"):
+        from gpulease.agent.imds import ImdsPoller  # only then: start-up stays light
+
+        ImdsPoller(agent.preempt_current).start()
     log.info("agent listening on %s:%d, node dir %s", args.host, port, args.node_dir)
     try:
         agent.write_heartbeat()

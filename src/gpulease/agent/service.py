@@ -182,6 +182,15 @@ class Agent:
         runner.request_stop(kind, grace_s)
         return self._status_of(runner)
 
+    def preempt_current(self, grace_s: float) -> str | None:
+        """Preempt the running task as ``stop_task(id, "preempt", grace_s)`` does (the VM's own
+        spot notice, :mod:`gpulease.agent.imds`); its id, or None when none runs."""
+        runner = self._current()
+        if runner is None:
+            return None
+        runner.request_stop("preempt", grace_s)
+        return runner.record.task_id
+
     def exec(self, task_id: str, req: ExecRequest) -> jobproc.ExecResult:
         runner = self._runner(task_id)
         return jobproc.run_exec(

@@ -25,12 +25,13 @@ from gpulease.errors import UserInputError
 
 
 def configured_providers(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Settings per provider this install runs: ``local`` always, ``sim`` when the config file
-    has a ``providers.sim`` section (even an empty one)."""
+    """Settings per provider this install runs: ``local`` always, ``sim`` and ``aws`` when the
+    config file has a ``providers.sim`` / ``providers.aws`` section (even an empty one)."""
     section = dict(config.get("providers") or {})
     settings = {"local": dict(section.get("local") or {})}
-    if "sim" in section:
-        settings["sim"] = dict(section.get("sim") or {})
+    for name in ("sim", "aws"):
+        if name in section:
+            settings[name] = dict(section.get(name) or {})
     return settings
 
 

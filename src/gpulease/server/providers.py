@@ -1,8 +1,10 @@
 """The providers this server rents on, built from the config file's ``providers`` section.
 
-Today: ``local`` (always; settings ``providers.local.{root, gpus, accelerator}``) and ``sim``
+Today: ``local`` (always; settings ``providers.local.{root, gpus, accelerator}``), ``sim``
 (when the config file has a ``providers.sim`` section, even an empty one: see
-:class:`gpulease.providers.sim_cloud.SimSettings`). ``aws`` and ``slurm`` join here as they land.
+:class:`gpulease.providers.sim_cloud.SimSettings`) and ``aws`` (when it has a ``providers.aws``
+section: see :class:`gpulease.providers.aws.AwsSettings`; its files live in ``<home>/aws``).
+``slurm`` joins here when it lands.
 Moves no states.
 """
 
@@ -31,6 +33,11 @@ def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:
         from gpulease.providers.sim import SimProvider
 
         providers["sim"] = SimProvider.from_config(sim, home() / "sim")
+    aws = provider_settings(config).get("aws")
+    if aws is not None:
+        from gpulease.providers.aws import AwsProvider
+
+        providers["aws"] = AwsProvider.from_config(aws, home() / "aws")
     return providers
 
 
@@ -61,6 +68,6 @@ def describe(
 #: Providers this install knows but does not run, and what it would take.
 UNAVAILABLE = {
     "sim": "not configured: add a `providers: {sim: {}}` section to the config file",
-    "aws": "not available in this release yet (EC2/S3 provider: planned)",
+    "aws": "no providers.aws section in the config (see docs/aws.md)",
     "slurm": "not available in this release yet (Slurm provider: planned)",
 }

@@ -1,0 +1,257 @@
+"""The ``aws`` provider: EC2 instances, launched, listed, stopped and terminated by tags.
+
+- ``launch``: idempotent by request id — the instances tagged ``gpulease-request`` are looked
+  up first (moto ignores ``ClientToken``; real EC2 honours the one we also pass), else one
+  RunInstances (``MinCount = MaxCount = num_nodes``, spot one-time when asked, the request's
+  zone, every request tag on instances and volumes), then ``gpulease-node-rank`` per instance
+  by ``AmiLaunchIndex``. The owner's key pair and security group are made on demand.
+- ``terminate``: TerminateInstances per region for the ids that exist; never confirms.
+- ``list_instances``: DescribeInstances with tag filters in every region used or configured.
+- ``poll_events``: derived by polling (:mod:`.events`); after ``terminate``, the owner's key
+  pair and group in that region are deleted once no instance of the owner is left there.
+
+Moves no states of its own: EC2 holds them; this maps them (:mod:`.mapping`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from gpulease.errors import GpuleaseError, UserInputError
+from gpulease.providers.aws.access import delete_access, ensure_access, key_path
+from gpulease.providers.aws.ami import AmiResolver, family
+from gpulease.providers.aws.clients import Ec2Clients, RegionSet
+from gpulease.providers.aws.events import EventTracker
+from gpulease.providers.aws.mapping import ec2_state, tags_of, to_instance
+from gpulease.providers.aws.settings import AwsSettings, request_ami
+from gpulease.providers.aws.tunnel import Tunnels
+from gpulease.providers.aws.userdata import request_token, token_key, user_data
+from gpulease.providers.base import (
+    TAG_NODE_RANK,
+    TAG_OWNER,
+    TAG_REQUEST,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Provider,
+    ProviderError,
+    ProviderEvent,
+    SupportsMultiNode,
+    SupportsNodeToken,
+    SupportsSpot,
+    SupportsStopStart,
+)
+
+_LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
+_SPOT = {"MarketType": "spot",
+         "SpotOptions": {"SpotInstanceType": "one-time",
+                         "InstanceInterruptionBehavior": "terminate"}}  # fmt: skip
+
+
+def _tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"Name": f"tag:{k}", "Values": [v]} for k, v in sorted(tags.items())]
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+
+
+def _client_token(request_id: str) -> str:
+    return hashlib.sha256(request_id.encode()).hexdigest()[:64]
+
+
+class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken):
+    name = "aws"
+
+    def __init__(
+        self, root: Path, settings: AwsSettings | None = None, *, retry_base: float = 0.5,
+        attempts: int = 5,
+    ) -> None:  # fmt: skip
+        self.root = root
+        self.settings = settings or AwsSettings()
+        self.ec2 = Ec2Clients(attempts=attempts, retry_base=retry_base)
+        default = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        self.default_region = (self.settings.regions or (default or "us-east-1",))[0]
+        self.regions = RegionSet(root / "regions.json", self.settings.regions, self.default_region)
+        self.amis = AmiResolver(self.ec2)
+        self.events = EventTracker()
+        self.tunnels = Tunnels(root / "known_hosts", user=self.settings.ssh_user,
+                               agent_port=self.settings.agent_port)  # fmt: skip
+        self._requests: dict[str, str] = {}  # instance id -> request id (for node tokens)
+        self._cleanup: set[tuple[str, str]] = set()  # (region, owner) to clean once unused
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], root: Path) -> AwsProvider:
+        """From the ``providers.aws`` config section (see :class:`AwsSettings`)."""
+        settings = AwsSettings.from_mapping(config)
+        if importlib.util.find_spec("boto3") is None:
+            raise UserInputError(
+                "providers.aws: the aws provider needs boto3: pip install 'gpulease[aws]'"
+            )
+        return cls(root, settings)
+
+    # ---- the Provider contract ---------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        region = request.region or self.default_region
+        self.regions.add(region)
+        existing = self.ec2.instances(region, _tag_filters({TAG_REQUEST: request.request_id}))
+        if not existing:
+            existing = self._run(region, request)
+        instances = sorted((self._instance(region, d) for d in existing), key=lambda i: i.node_rank)
+        for inst in instances:
+            self.events.seen(inst.id, "pending")
+        return instances
+
+    def _run(self, region: str, request: LaunchRequest) -> list[dict[str, Any]]:
+        access = ensure_access(self.ec2, self.root, region, request.owner, self.settings.ssh_cidr)
+        token = request_token(token_key(self.root), request.request_id)
+        tags = _tag_list(request.all_tags())
+        params: dict[str, Any] = {
+            "ImageId": self._ami(region, request),
+            "InstanceType": request.instance_type or self.settings.instance_type,
+            "MinCount": request.num_nodes, "MaxCount": request.num_nodes,
+            "ClientToken": _client_token(request.request_id),
+            "KeyName": access.key_name, "SecurityGroupIds": [access.group_id],
+            "UserData": user_data(token, self.settings.agent_port),
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
+                                  {"ResourceType": "volume", "Tags": tags}],
+        }  # fmt: skip
+        if request.zone:
+            params["Placement"] = {"AvailabilityZone": request.zone}
+            if request.zone in self.settings.subnets:
+                params["SubnetId"] = self.settings.subnets[request.zone]
+        if request.spot:
+            params["InstanceMarketOptions"] = _SPOT
+        if self.settings.instance_profile:
+            params["IamInstanceProfile"] = {"Name": self.settings.instance_profile}
+        made = self.ec2.run(region, "run_instances", zone=request.zone, **params)["Instances"]
+        for data in made:
+            rank = str(int(data.get("AmiLaunchIndex") or 0))
+            self.ec2.run(region, "create_tags", Resources=[data["InstanceId"]],
+                         Tags=[{"Key": TAG_NODE_RANK, "Value": rank}])  # fmt: skip
+            data["Tags"] = [*tags, {"Key": TAG_NODE_RANK, "Value": rank}]
+        return list(made)
+
+    def _ami(self, region: str, request: LaunchRequest) -> str:
+        explicit = request_ami(request.provider_config) or self.settings.ami
+        return explicit or self.amis.resolve(region, family(request))
+
+    def terminate(self, instance_ids: list[str]) -> None:
+        for region, found in self._locate(instance_ids).items():
+            ids = [str(d["InstanceId"]) for d in found if ec2_state(d) != "terminated"]
+            if ids:
+                self.ec2.run(region, "terminate_instances", InstanceIds=ids)
+            with self._lock:
+                self._cleanup |= {(region, tags_of(d)[TAG_OWNER]) for d in found
+                                  if TAG_OWNER in tags_of(d)}  # fmt: skip
+            for iid in ids:
+                self.tunnels.drop(iid)
+
+    def _locate(self, instance_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Region → descriptions of the given ids that exist there (missing ids: ignored)."""
+        wanted = [i for i in dict.fromkeys(instance_ids) if i.startswith("i-")]
+        found: dict[str, list[dict[str, Any]]] = {}
+        if not wanted:
+            return found
+        for region in self.regions.all():
+            hits = self.ec2.instances(region, [{"Name": "instance-id", "Values": wanted}])
+            if hits:
+                found[region] = hits
+        return found
+
+    def list_instances(self, tags: Mapping[str, str]) -> list[Instance]:
+        filters = _tag_filters(tags) or [{"Name": "tag-key", "Values": [TAG_OWNER]}]
+        listed: list[Instance] = []
+        for region in self.regions.all():
+            listed += [self._instance(region, d) for d in self.ec2.instances(region, filters)]
+        return listed
+
+    def _instance(self, region: str, data: Mapping[str, Any]) -> Instance:
+        request = tags_of(data).get(TAG_REQUEST)
+        if request:
+            with self._lock:
+                self._requests[str(data["InstanceId"])] = request
+        return to_instance(data, region, agent_url=self._agent_url(region, data))
+
+    def _agent_url(self, region: str, data: Mapping[str, Any]) -> str | None:
+        host = data.get("PublicIpAddress") or data.get("PublicDnsName")
+        owner = tags_of(data).get(TAG_OWNER)
+        if not (self.settings.tunnels and host and owner and ec2_state(data) == "running"):
+            return None
+        key = key_path(self.root, region, owner)
+        return self.tunnels.agent_url(str(data["InstanceId"]), str(host), key)
+
+    def poll_events(self) -> list[ProviderEvent]:
+        now = time.time()
+        events: list[ProviderEvent] = []
+        for region in self.regions.all():
+            try:
+                described = self.ec2.instances(region, [{"Name": "tag-key", "Values": [TAG_OWNER]}])
+                requests = self.ec2.run(region, "describe_spot_instance_requests")
+            except GpuleaseError:  # events are data: an unanswered poll is asked again next time
+                continue
+            events += self.events.changes(((region, d) for d in described), now)
+            spot = requests.get("SpotInstanceRequests", [])
+            events += self.events.notices(((region, r) for r in spot), now)
+            self._clean_unused(region, described)
+        return events
+
+    def _clean_unused(self, region: str, described: list[dict[str, Any]]) -> None:
+        with self._lock:
+            owners = [o for r, o in self._cleanup if r == region]
+        for owner in owners:
+            live = [d for d in described
+                    if tags_of(d).get(TAG_OWNER) == owner and ec2_state(d) in _LIVE]  # fmt: skip
+            if not live and self.cleanup(region, owner):
+                with self._lock:
+                    self._cleanup.discard((region, owner))
+
+    def cleanup(self, region: str, owner: str) -> bool:
+        """Delete ``owner``'s key pair and group in ``region`` unless an instance still uses
+        them; True when they are gone."""
+        state = {"Name": "instance-state-name", "Values": _LIVE}
+        live = self.ec2.instances(region, [*_tag_filters({TAG_OWNER: owner}), state])
+        return not live and delete_access(self.ec2, self.root, region, owner)
+
+    # ---- capabilities ------------------------------------------------------------------------
+
+    def stop(self, instance_ids: list[str]) -> None:
+        for region, found in self._locate(instance_ids).items():
+            spot = [str(d["InstanceId"]) for d in found if d.get("InstanceLifecycle") == "spot"]
+            if spot:
+                raise ProviderError(
+                    f"cannot stop spot instances {', '.join(spot)}: one-time spot instances "
+                    "can only be terminated"
+                )
+            self.ec2.run(region, "stop_instances", InstanceIds=[d["InstanceId"] for d in found])
+
+    def start(self, instance_ids: list[str]) -> None:
+        for region, found in self._locate(instance_ids).items():
+            self.ec2.run(region, "start_instances", InstanceIds=[d["InstanceId"] for d in found])
+
+    def node_token(self, instance_id: str) -> SecretStr:
+        with self._lock:
+            request = self._requests.get(instance_id)
+        if request is None:
+            for found in self._locate([instance_id]).values():
+                request = tags_of(found[0]).get(TAG_REQUEST)
+        if not request:
+            raise ProviderError(f"no gpulease instance {instance_id} in {self.regions.all()}")
+        return request_token(token_key(self.root), request)
+
+    def close(self) -> None:
+        self.tunnels.close()
+
+
+__all__ = ["AwsProvider", "InstanceState"]

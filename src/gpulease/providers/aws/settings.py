@@ -1,0 +1,129 @@
+"""The ``providers.aws`` config section, validated (:class:`AwsSettings`).
+
+Every field is optional; a wrong one raises :class:`~gpulease.errors.UserInputError` naming it
+(``providers.aws.<field>: …``). See ``docs/aws.md`` for what each setting does. Moves no states.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulease.errors import UserInputError
+
+WHERE = "providers.aws"
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_KNOWN = {
+    "regions", "ami", "ssh_cidr", "ssh_user", "instance_profile", "subnets", "instance_type",
+    "agent_port", "tunnels",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AwsSettings:
+    """``regions``: regions always listed (besides those launched in); ``ami``: an AMI id used
+    for every launch; ``ssh_cidr``: the only source allowed to reach port 22; ``subnets``: zone →
+    subnet id; ``instance_type``: used when a request names none; ``agent_port``: the port the
+    agent binds on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents."""
+
+    regions: tuple[str, ...] = ()
+    ami: str | None = None
+    ssh_cidr: str = "127.0.0.1/32"
+    ssh_user: str = "ec2-user"
+    instance_profile: str | None = None
+    subnets: Mapping[str, str] = field(default_factory=dict)
+    instance_type: str = "t3.micro"
+    agent_port: int = 7070
+    tunnels: bool = True
+
+    @classmethod
+    def from_mapping(cls, section: Mapping[str, Any] | None) -> AwsSettings:
+        data = dict(section or {})
+        unknown = sorted(set(data) - _KNOWN)
+        if unknown:
+            raise UserInputError(f"{WHERE}.{unknown[0]}: unknown setting (known: {sorted(_KNOWN)})")
+        return cls(
+            regions=_regions(data.get("regions")),
+            ami=_ami(data.get("ami"), f"{WHERE}.ami"),
+            ssh_cidr=_cidr(data.get("ssh_cidr", "127.0.0.1/32")),
+            ssh_user=_text(data.get("ssh_user", "ec2-user"), "ssh_user"),
+            instance_profile=_optional_text(data.get("instance_profile"), "instance_profile"),
+            subnets=_subnets(data.get("subnets")),
+            instance_type=_text(data.get("instance_type", "t3.micro"), "instance_type"),
+            agent_port=_port(data.get("agent_port", 7070)),
+            tunnels=_flag(data.get("tunnels", True), "tunnels"),
+        )
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserInputError(f"{WHERE}.{name}: expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _optional_text(value: Any, name: str) -> str | None:
+    return None if value is None else _text(value, name)
+
+
+def _ami(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("ami-"):
+        raise UserInputError(f"{where}: expected an AMI id like ami-0123abcd, got {value!r}")
+    return value
+
+
+def _regions(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise UserInputError(f"{WHERE}.regions: expected a list of regions, got {value!r}")
+    for region in value:
+        if not isinstance(region, str) or not _REGION.match(region):
+            raise UserInputError(f"{WHERE}.regions: {region!r} is not a region like us-east-1")
+    return tuple(dict.fromkeys(value))
+
+
+def _cidr(value: Any) -> str:
+    try:
+        return str(ipaddress.ip_network(str(value), strict=False))
+    except ValueError:
+        raise UserInputError(
+            f"{WHERE}.ssh_cidr: {value!r} is not a CIDR like 203.0.113.7/32"
+        ) from None
+
+
+def _subnets(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.startswith("subnet-")
+        for k, v in value.items()
+    ):
+        raise UserInputError(f"{WHERE}.subnets: expected a mapping zone -> subnet-id")
+    return dict(value)
+
+
+def _port(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise UserInputError(f"{WHERE}.agent_port: expected a port 1-65535, got {value!r}")
+    return value
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserInputError(f"{WHERE}.{name}: expected true or false, got {value!r}")
+    return value
+
+
+def request_ami(provider_config: Mapping[str, Any]) -> str | None:
+    """The AMI a request's ``provider_config: {aws: {ami: …}}`` asks for, if any."""
+    section = provider_config.get("aws") or {}
+    if not isinstance(section, Mapping):
+        raise UserInputError("provider_config.aws: expected a mapping")
+    return _ami(section.get("ami"), "provider_config.aws.ami")

@@ -1,0 +1,270 @@
+"""The aws provider against a real moto server process: idempotent launches, spot and zones,
+tags on instances and volumes, the owner's key pair and security group, injected throttling and
+capacity faults, settings validation, node tokens, the orphan sweep, and user-data."""
+
+from __future__ import annotations
+
+import itertools
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulease.errors import UserInputError
+from gpulease.providers.aws import AwsProvider, AwsSettings
+from gpulease.providers.aws.userdata import user_data
+from gpulease.providers.base import (
+    TAG_OWNER,
+    TAG_REQUEST,
+    CapacityError,
+    InstanceState,
+    LaunchRequest,
+    ProviderError,
+)
+from tests.awsfixtures import aws_client, aws_env, ec2_env, moto_server  # noqa: F401 - fixtures
+
+OWNER = "gl-test"
+
+
+@pytest.fixture
+def provider(ec2_env: str, tmp_path: Path) -> Iterator[AwsProvider]:  # noqa: F811 - fixture
+    made = AwsProvider(
+        tmp_path / "aws", AwsSettings(tunnels=False, ssh_cidr="198.51.100.7/32"), retry_base=0.01
+    )
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def ec2(ec2_env: str) -> Any:  # noqa: F811 - fixture
+    return aws_client("ec2", ec2_env)
+
+
+def _request(n: int = 1, **kw: Any) -> LaunchRequest:
+    kw.setdefault("request_id", f"req-{next(_ids)}")
+    kw.setdefault("cluster", "c1")
+    kw.setdefault("owner", OWNER)
+    return LaunchRequest(num_nodes=n, **kw)
+
+
+_ids = itertools.count()
+
+
+def _count_calls(provider: AwsProvider, operation: str, region: str = "us-east-1") -> list[int]:
+    calls: list[int] = []
+    events = provider.ec2.client(region).meta.events
+    events.register(f"before-call.ec2.{operation}", lambda **_: calls.append(1))
+    return calls
+
+
+def _fail(provider: AwsProvider, operation: str, code: str, when: Any) -> list[int]:
+    """Make ``operation`` raise ClientError ``code`` whenever ``when(params)`` is true."""
+    from botocore.exceptions import ClientError
+
+    raised: list[int] = []
+
+    def handler(params: dict[str, Any], **_: Any) -> None:
+        if when(params.get("body") or {}):
+            raised.append(1)
+            raise ClientError({"Error": {"Code": code, "Message": "injected"}}, operation)
+
+    provider.ec2.client("us-east-1").meta.events.register(f"before-call.ec2.{operation}", handler)
+    return raised
+
+
+def test_a_repeated_launch_returns_the_same_instances_from_one_run_instances(
+    provider: AwsProvider,
+) -> None:
+    runs = _count_calls(provider, "RunInstances")
+    request = _request(2)
+    first = provider.launch(request)
+    again = provider.launch(request)
+    assert [i.id for i in again] == [i.id for i in first]
+    assert [i.node_rank for i in first] == [0, 1]
+    assert len(runs) == 1
+
+
+def test_a_spot_launch_is_spot_in_the_requested_zone_and_cannot_stop(
+    provider: AwsProvider, ec2: Any
+) -> None:
+    (inst,) = provider.launch(_request(spot=True, zone="us-east-1b", instance_type="p3.2xlarge"))
+    described = ec2.describe_instances(InstanceIds=[inst.id])["Reservations"][0]["Instances"][0]
+    assert described["InstanceLifecycle"] == "spot"
+    assert described["Placement"]["AvailabilityZone"] == "us-east-1b"
+    assert inst.spot and inst.zone == "us-east-1b" and inst.instance_type == "p3.2xlarge"
+    with pytest.raises(ProviderError, match="spot"):
+        provider.stop([inst.id])
+
+
+def test_request_tags_are_on_instances_and_volumes(provider: AwsProvider, ec2: Any) -> None:
+    request = _request(2, tags={"team": "vision"})
+    ids = {i.id for i in provider.launch(request)}
+    filters = [{"Name": f"tag:{TAG_REQUEST}", "Values": [request.request_id]}]
+    volumes = ec2.describe_volumes(Filters=filters)["Volumes"]
+    assert {v["Attachments"][0]["InstanceId"] for v in volumes} == ids
+    for volume in volumes:
+        tags = {t["Key"]: t["Value"] for t in volume["Tags"]}
+        assert tags["team"] == "vision" and tags[TAG_OWNER] == OWNER
+
+
+def _groups(ec2: Any) -> list[dict[str, Any]]:
+    return [g for g in ec2.describe_security_groups()["SecurityGroups"]
+            if g["GroupName"] == f"gpulease-{OWNER}"]  # fmt: skip
+
+
+def test_key_pair_and_group_are_made_once_per_region_and_removed_when_unused(
+    provider: AwsProvider, ec2: Any, tmp_path: Path
+) -> None:
+    ids = [i.id for r in (_request(), _request(2)) for i in provider.launch(r)]
+    keys = ec2.describe_key_pairs(KeyNames=[f"gpulease-{OWNER}"])["KeyPairs"]
+    assert len(keys) == 1 and len(_groups(ec2)) == 1
+    pem = tmp_path / "aws" / f"us-east-1-{OWNER}.pem"
+    assert stat.S_IMODE(pem.stat().st_mode) == 0o600
+    (group,) = _groups(ec2)
+    assert [(p["FromPort"], p["ToPort"], [r["CidrIp"] for r in p["IpRanges"]])
+            for p in group["IpPermissions"]] == [(22, 22, ["198.51.100.7/32"])]  # fmt: skip
+    provider.terminate(ids[:1])
+    provider.poll_events()
+    assert len(_groups(ec2)) == 1  # still used by the other launch
+    provider.terminate(ids[1:])
+    provider.poll_events()
+    assert _groups(ec2) == [] and not pem.exists()
+    assert ec2.describe_key_pairs()["KeyPairs"] == []
+
+
+def test_launch_succeeds_while_half_of_the_calls_are_throttled(provider: AwsProvider) -> None:
+    flip = itertools.cycle([True, False])
+    raised = _fail(provider, "*", "RequestLimitExceeded", lambda _body: next(flip))
+    instances = provider.launch(_request(2))
+    assert len(instances) == 2 and raised
+    assert len(provider.list_instances({TAG_OWNER: OWNER})) == 2
+
+
+def test_throttling_that_never_ends_is_provider_unavailable_after_bounded_attempts(
+    provider: AwsProvider,
+) -> None:
+    from gpulease.providers.base import ProviderUnavailable
+
+    raised = _fail(provider, "DescribeInstances", "Throttling", lambda _body: True)
+    with pytest.raises(ProviderUnavailable):
+        provider.list_instances({TAG_OWNER: OWNER})
+    assert len(raised) == provider.ec2.attempts
+
+
+def test_no_capacity_in_one_zone_is_a_capacity_error_naming_it(provider: AwsProvider) -> None:
+    def in_zone_a(body: Any) -> bool:
+        return "us-east-1a" in str(body)
+
+    _fail(provider, "RunInstances", "InsufficientInstanceCapacity", in_zone_a)
+    with pytest.raises(CapacityError) as caught:
+        provider.launch(_request(zone="us-east-1a"))
+    assert (caught.value.region, caught.value.zone) == ("us-east-1", "us-east-1a")
+    (inst,) = provider.launch(_request(zone="us-east-1b"))  # the failover target works
+    assert inst.zone == "us-east-1b"
+
+
+def test_stop_and_start_on_demand(provider: AwsProvider) -> None:
+    (inst,) = provider.launch(_request())
+    provider.stop([inst.id])
+    (listed,) = provider.list_instances({TAG_REQUEST: inst.tags[TAG_REQUEST]})
+    assert listed.state in (InstanceState.STOPPING, InstanceState.STOPPED)
+    provider.start([inst.id])
+
+
+def test_node_tokens_are_per_request_and_survive_a_restart(
+    provider: AwsProvider, tmp_path: Path
+) -> None:
+    a = provider.launch(_request(2))
+    (b,) = provider.launch(_request())
+    token = provider.node_token(a[0].id).get_secret_value()
+    assert provider.node_token(a[1].id).get_secret_value() == token
+    assert provider.node_token(b.id).get_secret_value() != token
+    restarted = AwsProvider(tmp_path / "aws", AwsSettings(tunnels=False))
+    assert restarted.node_token(a[0].id).get_secret_value() == token
+    with pytest.raises(ProviderError):
+        restarted.node_token("i-0000000000000000")
+
+
+def test_regions_used_are_listed_after_a_restart(provider: AwsProvider, tmp_path: Path) -> None:
+    (inst,) = provider.launch(_request(region="us-west-2"))
+    restarted = AwsProvider(tmp_path / "aws", AwsSettings(tunnels=False))
+    listed = restarted.list_instances({TAG_OWNER: OWNER})
+    assert [(i.id, i.region) for i in listed] == [(inst.id, "us-west-2")]
+
+
+def test_the_orphan_sweep_terminates_only_this_owners_instances(
+    provider: AwsProvider, tmp_path: Path
+) -> None:
+    from gpulease.controller.sweep import sweep_orphans
+    from gpulease.state import make_engine, upgrade
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    upgrade(engine)
+    (ours,) = provider.launch(_request())
+    (theirs,) = provider.launch(_request(owner="another-server"))
+    assert sweep_orphans(engine, {"aws": provider}, OWNER) == [ours.id]
+    states = {i.id: i.state for i in provider.list_instances({})}
+    assert states[ours.id] in (InstanceState.TERMINATING, InstanceState.TERMINATED)
+    assert states[theirs.id] is InstanceState.RUNNING
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ({"regions": ["nowhere"]}, "providers.aws.regions"),
+        ({"ami": "img-1"}, "providers.aws.ami"),
+        ({"ssh_cidr": "the office"}, "providers.aws.ssh_cidr"),
+        ({"agent_port": 0}, "providers.aws.agent_port"),
+        ({"subnets": {"us-east-1a": "vpc-1"}}, "providers.aws.subnets"),
+        ({"tunnels": "yes"}, "providers.aws.tunnels"),
+        ({"colour": "blue"}, "providers.aws.colour"),
+    ],
+)
+def test_bad_settings_name_the_field(section: dict[str, Any], field: str) -> None:
+    with pytest.raises(UserInputError, match=field):
+        AwsSettings.from_mapping(section)
+
+
+def test_settings_defaults_and_values() -> None:
+    settings = AwsSettings.from_mapping({"regions": ["eu-west-1"], "ssh_cidr": "203.0.113.7"})
+    assert settings.regions == ("eu-west-1",) and settings.ssh_cidr == "203.0.113.7/32"
+    assert AwsSettings.from_mapping(None).ssh_cidr == "127.0.0.1/32"
+
+
+def test_user_data_pins_the_version_and_binds_the_agent_to_loopback() -> None:
+    from pydantic import SecretStr
+
+    script = user_data(SecretStr("s3cr3t"), 7070, version="1.2.3")
+    assert "'gpulease[aws]==1.2.3'" in script
+    assert "--host 127.0.0.1" in script and "--port 7070" in script and "--imds" in script
+    assert script.startswith("#!/bin/bash")
+
+
+def test_the_server_builds_aws_only_from_a_providers_aws_section(
+    ec2_env: str,  # noqa: F811 - fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpulease.server.providers import build_providers, describe, provider_settings
+
+    monkeypatch.setenv("GPULEASE_HOME", str(tmp_path / "home"))
+    config = {"providers": {"aws": {"regions": ["us-east-1"], "tunnels": False}}}
+    built = build_providers(config)
+    try:
+        assert isinstance(built["aws"], AwsProvider)
+        assert built["aws"].root == tmp_path / "home" / "aws"
+        rows = {r["name"]: r for r in describe(built, provider_settings(config))}
+        assert rows["aws"]["enabled"] and rows["aws"]["spot"] and rows["aws"]["stop_start"]
+    finally:
+        for made in built.values():
+            made.close()
+    rows = {r["name"]: r for r in describe(build_providers({}), provider_settings({}))}
+    assert rows["aws"] == {
+        "name": "aws", "enabled": False,
+        "reason": "no providers.aws section in the config (see docs/aws.md)",
+    }  # fmt: skip
+    with pytest.raises(UserInputError, match=r"providers\.aws\.regions"):
+        build_providers({"providers": {"aws": {"regions": "mars"}}})
