@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ from gpulease.providers.base import (
 )
 
 _LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
+_ZONE_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*-az\d+$")  # an availability-zone id
 _SPOT = {"MarketType": "spot",
          "SpotOptions": {"SpotInstanceType": "one-time",
                          "InstanceInterruptionBehavior": "terminate"}}  # fmt: skip
@@ -128,9 +130,11 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
                                   {"ResourceType": "volume", "Tags": tags}],
         }  # fmt: skip
         if request.zone:
-            params["Placement"] = {"AvailabilityZone": request.zone}
-            if request.zone in self.settings.subnets:
-                params["SubnetId"] = self.settings.subnets[request.zone]
+            zone = self._zone_name(region, request.zone)
+            params["Placement"] = {"AvailabilityZone": zone}
+            subnet = self.settings.subnets.get(zone) or self.settings.subnets.get(request.zone)
+            if subnet:
+                params["SubnetId"] = subnet
         if request.spot:
             params["InstanceMarketOptions"] = _SPOT
         if self.settings.instance_profile:
@@ -142,6 +146,16 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
                          Tags=[{"Key": TAG_NODE_RANK, "Value": rank}])  # fmt: skip
             data["Tags"] = [*tags, {"Key": TAG_NODE_RANK, "Value": rank}]
         return list(made)
+
+    def _zone_name(self, region: str, zone: str) -> str:
+        """The zone's name (``us-east-1a``) for Placement: catalogs name zones by their id
+        (``use1-az1``), which is the same physical zone in every account; names are not."""
+        if not _ZONE_ID.match(zone):
+            return zone
+        found = self.ec2.run(region, "describe_availability_zones",
+                             Filters=[{"Name": "zone-id", "Values": [zone]}])  # fmt: skip
+        names = [z["ZoneName"] for z in found.get("AvailabilityZones", []) if z.get("ZoneName")]
+        return names[0] if names else zone
 
     def _ami(self, region: str, request: LaunchRequest) -> str:
         explicit = request_ami(request.provider_config) or self.settings.ami
