@@ -23,6 +23,7 @@ from gpulease.agent.state import TaskRecord
 from gpulease.clock import SystemClock
 from gpulease.storage import LocalStore
 from tests.agent.conftest import AgentProcess, task, wait_until
+from tests.awsfixtures import aws_env, moto_server, s3_env  # noqa: F401 - fixtures
 
 # A run script: writes checkpoints with the storage API (CheckpointManager's layout), driven by
 # its arguments: "w:N" complete step N, "i:N" step N without manifest, "c:N" step N with a file
@@ -357,3 +358,29 @@ def test_sizes_and_urls_as_logged() -> None:
     ]
     assert redact("s3://key:secret@bucket/p") == "s3://bucket/p"
     assert redact("local:///ckpt") == "local:///ckpt"
+
+
+# ---- an s3:// store (a real moto server) --------------------------------------------------------
+
+
+def test_an_s3_store_takes_the_final_sync_and_restores_on_a_fresh_node(
+    s3_env: str,  # noqa: F811 - fixture
+    agent_factory: Callable[..., AgentProcess],
+    tmp_path: Path,
+    writer: Path,
+) -> None:
+    """What a managed job on AWS does: node A uploads its checkpoint to s3:// when it is
+    preempted (exit 75), a fresh node B restores it before ``run``."""
+    url = f"s3://{s3_env}/jobs/t1"
+    first = agent_factory("node-a")  # started after s3_env: the agent's env points at moto
+    run = _run(writer, tmp_path / "unused", "w:5", "w:9", "x:75")
+    first.api.submit(task(run=run, checkpoint_store=url, checkpoint_sync_s=3600))
+    status = first.wait_state("t1")
+    assert (status["state"], _ckpt(status)["last_uploaded_step"]) == ("PREEMPTED", 9)
+
+    second = agent_factory("node-b")
+    check = 'cat "$GPULEASE_CHECKPOINT_DIR/step-9/model.pt" | head -c 3; echo'
+    second.api.submit(task(run=check, checkpoint_store=url))
+    status = second.wait_state("t1")
+    assert status["state"] == "SUCCEEDED" and _ckpt(status)["restored_step"] == 9
+    assert "999\n" in second.all_logs("t1")
