@@ -118,10 +118,8 @@ def main() -> None:
                 exit_preempted()
             time.sleep(args.step_delay)
         if info.is_main and seen:
-            print(
-                f"epoch {epoch + 1}/{args.epochs} loss {total / seen:.4f} | {timer.throughput()}",
-                flush=True,
-            )
+            speed = timer.throughput() if timer.measured else "warming up"  # a resumed tail
+            print(f"epoch {epoch + 1}/{args.epochs} loss {total / seen:.4f} | {speed}", flush=True)
     if mgr:
         mgr.save(step, **state, extra={"epoch": args.epochs, "final": True})
         mgr.wait()
