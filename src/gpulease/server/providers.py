@@ -3,8 +3,10 @@
 Today: ``local`` (always; settings ``providers.local.{root, gpus, accelerator}``), ``sim``
 (when the config file has a ``providers.sim`` section, even an empty one: see
 :class:`gpulease.providers.sim_cloud.SimSettings`) and ``aws`` (when it has a ``providers.aws``
-section: see :class:`gpulease.providers.aws.AwsSettings`; its files live in ``<home>/aws``).
-``slurm`` joins here when it lands.
+section: see :class:`gpulease.providers.aws.AwsSettings`; its files live in ``<home>/aws``) and
+``slurm`` (when it has a ``providers.slurm`` section, or none but ``SLURM_CONF`` is set in the
+environment: see :class:`gpulease.providers.slurm.SlurmSettings` and docs/slurm.md; its files
+live in ``<home>/slurm``).
 Moves no states.
 """
 
@@ -38,6 +40,11 @@ def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:
         from gpulease.providers.aws import AwsProvider
 
         providers["aws"] = AwsProvider.from_config(aws, home() / "aws")
+    slurm = provider_settings(config).get("slurm")
+    if slurm is not None:
+        from gpulease.providers.slurm import SlurmProvider
+
+        providers["slurm"] = SlurmProvider.from_config(slurm, home() / "slurm")
     return providers
 
 
@@ -69,5 +76,5 @@ def describe(
 UNAVAILABLE = {
     "sim": "not configured: add a `providers: {sim: {}}` section to the config file",
     "aws": "no providers.aws section in the config (see docs/aws.md)",
-    "slurm": "not available in this release yet (Slurm provider: planned)",
+    "slurm": "no providers.slurm section in the config and no SLURM_CONF (see docs/slurm.md)",
 }

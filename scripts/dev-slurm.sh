@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# A single-machine Slurm cluster for development and tests, without systemd.
+#
+#   eval "$(scripts/dev-slurm.sh start)"   # installs slurm-wlm + munge if missing, starts
+#                                          # munged, slurmctld, slurmd; prints `export SLURM_CONF=`
+#   scripts/dev-slurm.sh status            # the daemons' pids and `sinfo`
+#   scripts/dev-slurm.sh stop              # kills the daemons by their recorded pids
+#
+# State lives in ${GPULEASE_SLURM_DIR:-/tmp/gpulease-slurm}: munge key and socket, slurm.conf,
+# gres.conf, fake GPU device files (nvidia0..3, made with mknod), spool, state, pids and logs.
+# Only `export SLURM_CONF=...` goes to stdout; progress goes to stderr. Needs root (mknod,
+# SlurmUser=root, apt-get). Settings: see docs/slurm.md.
+set -euo pipefail
+
+DIR="${GPULEASE_SLURM_DIR:-/tmp/gpulease-slurm}"
+NODES="${GPULEASE_SLURM_NODES:-3}"     # slurmd daemons (virtual nodes) on this machine
+GPUS="${GPULEASE_SLURM_GPUS:-4}"       # fake GPUs per node
+CONF="$DIR/etc/slurm.conf"
+HOST="$(hostname -s)"
+
+log() { echo "dev-slurm: $*" >&2; }
+
+alive() { # alive PIDFILE: true when the pid it records runs
+    local pid
+    [[ -s "$1" ]] || return 1
+    pid="$(cat "$1")"
+    kill -0 "$pid" 2>/dev/null
+}
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v munged >/dev/null; then
+        return 0
+    fi
+    [[ "$(id -u)" == 0 ]] || { log "not root: cannot install slurm-wlm"; exit 2; }
+    log "installing slurm-wlm and munge (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >&2
+}
+
+node_name() { # node_name INDEX: the first node is this host, the others HOST-N
+    if [[ "$1" == 0 ]]; then echo "$HOST"; else echo "$HOST-$1"; fi
+}
+
+write_configs() {
+    local cpus i name last
+    cpus="$(nproc)"
+    (( cpus < 16 )) && cpus=16  # config_overrides: jobs are agents, mostly idle
+    last=$((GPUS - 1))
+    mkdir -p "$DIR"/{etc,spool,state,run,log,dev,munge}
+    for ((i = 0; i < NODES; i++)); do
+        mkdir -p "$DIR/spool/$(node_name "$i")"
+    done
+    for ((i = 0; i < GPUS; i++)); do
+        [[ -e "$DIR/dev/nvidia$i" ]] || mknod "$DIR/dev/nvidia$i" c 195 "$i"
+    done
+    {
+        echo "ClusterName=gpulease-dev"
+        echo "SlurmctldHost=$HOST(127.0.0.1)"
+        echo "SlurmUser=root"
+        echo "SlurmctldPort=${GPULEASE_SLURM_PORT:-16817}"
+        echo "AuthType=auth/munge"
+        echo "AuthInfo=socket=$DIR/munge/munge.socket"
+        echo "ProctrackType=proctrack/linuxproc"
+        echo "TaskPlugin=task/none"
+        echo "SelectType=select/cons_tres"
+        echo "SelectTypeParameters=CR_Core"
+        echo "GresTypes=gpu"
+        echo "AccountingStorageType=accounting_storage/none"
+        echo "JobCompType=jobcomp/none"
+        echo "JobRequeue=1"
+        echo "PreemptType=preempt/partition_prio"
+        echo "PreemptMode=REQUEUE"
+        echo "SlurmdParameters=config_overrides"
+        echo "ReturnToService=2"
+        echo "MinJobAge=300"
+        echo "KillWait=2"
+        echo "SlurmdSpoolDir=$DIR/spool/%n"
+        echo "StateSaveLocation=$DIR/state"
+        echo "SlurmctldPidFile=$DIR/run/slurmctld.pid"
+        echo "SlurmdPidFile=$DIR/run/slurmd-%n.pid"
+        echo "SlurmctldLogFile=$DIR/log/slurmctld.log"
+        echo "SlurmdLogFile=$DIR/log/slurmd-%n.log"
+        echo "SlurmdPort=${GPULEASE_SLURMD_PORT:-16818}"
+        for ((i = 0; i < NODES; i++)); do
+            name="$(node_name "$i")"
+            echo "NodeName=$name NodeHostname=$HOST NodeAddr=127.0.0.1" \
+                "Port=$(( ${GPULEASE_SLURMD_PORT:-16818} + i ))" \
+                "CPUs=$cpus RealMemory=1000 Gres=gpu:$GPUS State=UNKNOWN"
+        done
+        echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE DefaultTime=60 State=UP"
+    } >"$CONF"
+    {
+        echo "AutoDetect=off"
+        for ((i = 0; i < NODES; i++)); do
+            echo "NodeName=$(node_name "$i") Name=gpu File=$DIR/dev/nvidia[0-$last]"
+        done
+    } >"$DIR/etc/gres.conf"
+}
+
+start_munge() {
+    if alive "$DIR/munge/munged.pid"; then
+        return 0
+    fi
+    if [[ ! -s "$DIR/munge/munge.key" ]]; then
+        dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+    fi
+    chmod 755 "$DIR/munge"
+    chmod 400 "$DIR/munge/munge.key"
+    munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
+        --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
+        --seed-file="$DIR/munge/munged.seed" >&2
+}
+
+start_slurm() {
+    local i name
+    export SLURM_CONF="$CONF"
+    if ! alive "$DIR/run/slurmctld.pid"; then
+        log "starting slurmctld"
+        slurmctld -f "$CONF" -i >&2
+    fi
+    for ((i = 0; i < NODES; i++)); do
+        name="$(node_name "$i")"
+        if ! alive "$DIR/run/slurmd-$name.pid"; then
+            log "starting slurmd for $name"
+            slurmd -f "$CONF" -N "$name" >&2
+        fi
+    done
+}
+
+wait_idle() { # until every node is idle (or mixed/allocated: busy is up too), 30 s at most
+    local i out
+    for ((i = 0; i < 150; i++)); do
+        out="$(SLURM_CONF="$CONF" sinfo -h -N -o '%T' 2>/dev/null || true)"
+        if [[ -n "$out" ]] && ! grep -qvE '^(idle|mixed|allocated)$' <<<"$out"; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    log "the nodes did not come up idle; sinfo says:"
+    SLURM_CONF="$CONF" sinfo -N >&2 || true
+    log "see $DIR/log"
+    exit 1
+}
+
+all_up() {
+    local i
+    alive "$DIR/munge/munged.pid" && alive "$DIR/run/slurmctld.pid" || return 1
+    for ((i = 0; i < NODES; i++)); do
+        alive "$DIR/run/slurmd-$(node_name "$i").pid" || return 1
+    done
+}
+
+cmd_start() {
+    if [[ -f "$CONF" ]] && all_up; then
+        echo "export SLURM_CONF=$CONF"
+        return 0
+    fi
+    install_packages
+    write_configs
+    start_munge
+    start_slurm
+    wait_idle
+    log "up: $NODES node(s) x $GPUS fake GPUs, partition gpu"
+    echo "export SLURM_CONF=$CONF"
+}
+
+cmd_stop() {
+    local f pid
+    for f in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/munge/munged.pid"; do
+        if alive "$f"; then
+            pid="$(cat "$f")"
+            log "stopping $(basename "$f" .pid) ($pid)"
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+        rm -f "$f"
+    done
+}
+
+cmd_status() {
+    local f
+    for f in "$DIR"/run/*.pid "$DIR/munge/munged.pid"; do
+        [[ -e "$f" ]] || continue
+        if alive "$f"; then echo "$(basename "$f" .pid): running ($(cat "$f"))"
+        else echo "$(basename "$f" .pid): not running"; fi
+    done
+    SLURM_CONF="$CONF" sinfo -N 2>&1 || true
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
