@@ -36,7 +36,9 @@ from gpulease.state import (
 )
 
 ACTOR = "user"
-LOCAL_PROVIDERS = frozenset({"local", "sim"})
+# Providers whose nodes see this server's home: local and sim run here; a Slurm cluster's
+# compute nodes share the login node's home in the usual setup (else give checkpoint.store).
+SHARED_HOME_PROVIDERS = frozenset({"local", "sim", "slurm"})
 DEFAULT_SYNC_S = 300.0
 _FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
@@ -176,10 +178,11 @@ class JobService:
 
 def _checkpoint(task: Task, task_id: str, targets: list[LaunchTarget]) -> dict[str, Any] | None:
     """The job's checkpoint sync: the task's ``checkpoint`` section, with a store under the
-    server's home when every target runs on this machine (local, sim) and none was given."""
+    server's home when every target's nodes see that home (local, sim, slurm) and none was
+    given."""
     section = task.checkpoint
     store = section.store if section else None
-    if store is None and {t.provider for t in targets} <= LOCAL_PROVIDERS:
+    if store is None and {t.provider for t in targets} <= SHARED_HOME_PROVIDERS:
         store = f"local://{config.home() / 'checkpoints' / task_id}"
     if store is None:
         return None
