@@ -34,7 +34,10 @@ ZONES = ("use1-az1", "use1-az2")
 
 
 class AgentUrlAws(AwsProvider):
-    """The aws provider, with a fake agent URL on every running instance (no VM, no agent)."""
+    """The aws provider, with a fake agent URL on every running instance (no VM, no agent), its
+    events polled on every pass (the test runs passes back to back)."""
+
+    events_every_s = 0.0
 
     def list_instances(self, tags: Mapping[str, str]) -> list[Instance]:
         return [

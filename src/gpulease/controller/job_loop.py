@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,7 @@ class JobReconciler:
         self.owner = owner
         self.config = config or JobConfig()
         self._policies: dict[int, _PolicyState] = {}
+        self._events_due: dict[str, float] = {}  # provider → monotonic time of its next poll
 
     # ---- clocks and the market --------------------------------------------------------------
 
@@ -429,7 +431,11 @@ class JobReconciler:
     def relay_events(self) -> bool:
         """Preemption notices to the agents, preemptions onto the node rows."""
         progress = False
+        now = time.monotonic()
         for name, provider in sorted(self.providers.items()):
+            if now < self._events_due.get(name, 0.0):
+                continue
+            self._events_due[name] = now + provider.events_every_s
             try:
                 events = provider.poll_events()
             except GpuleaseError as exc:

@@ -138,9 +138,13 @@ class ProviderUnavailable(Retryable):
 
 
 class Provider(ABC):
-    """Synchronous and typed; every call returns quickly (no waiting for boot)."""
+    """Synchronous and typed; every call returns quickly (no waiting for boot).
+
+    ``events_every_s``: how often the controller may call ``poll_events`` (0: every pass); a cloud
+    whose events cost API calls sets it so a busy server does not throttle itself."""
 
     name: str
+    events_every_s: float = 0.0
 
     @abstractmethod
     def launch(self, request: LaunchRequest) -> list[Instance]: ...

@@ -73,6 +73,7 @@ def _client_token(request_id: str) -> str:
 
 class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken):
     name = "aws"
+    events_every_s = 5.0  # DescribeInstances per region: the 2-minute spot notice leaves room
 
     def __init__(
         self, root: Path, settings: AwsSettings | None = None, *, retry_base: float = 0.5,
