@@ -5,6 +5,9 @@
 #                                          # munged, slurmctld, slurmd; prints `export SLURM_CONF=`
 #   scripts/dev-slurm.sh status            # the daemons' pids and `sinfo`
 #   scripts/dev-slurm.sh stop              # kills the daemons by their recorded pids
+#   eval "$(scripts/dev-slurm.sh start --rest)"  # (or GPULEASE_SLURM_REST=1) also JWT auth and
+#                                          # slurmrestd on 127.0.0.1:$GPULEASE_SLURM_REST_PORT;
+#                                          # prints SLURM_REST_URL and a SLURM_JWT line too
 #
 # State lives in ${GPULEASE_SLURM_DIR:-/tmp/gpulease-slurm}: munge key and socket, slurm.conf,
 # gres.conf, fake GPU device files (nvidia0..3, made with mknod), spool, state, pids and logs.
@@ -17,6 +20,9 @@ NODES="${GPULEASE_SLURM_NODES:-3}"     # slurmd daemons (virtual nodes) on this 
 GPUS="${GPULEASE_SLURM_GPUS:-4}"       # fake GPUs per node
 CONF="$DIR/etc/slurm.conf"
 HOST="$(hostname -s)"
+REST="${GPULEASE_SLURM_REST:-0}"        # 1: JWT auth + slurmrestd (also `start --rest`)
+REST_PORT="${GPULEASE_SLURM_REST_PORT:-16880}"
+REST_USER="${GPULEASE_SLURM_REST_USER:-slurmrest}"  # slurmrestd refuses to run as root
 
 log() { echo "dev-slurm: $*" >&2; }
 
@@ -28,12 +34,15 @@ alive() { # alive PIDFILE: true when the pid it records runs
 }
 
 install_packages() {
-    if command -v slurmctld >/dev/null && command -v munged >/dev/null; then
+    local want=(slurm-wlm munge)
+    [[ "$REST" == 1 ]] && want+=(slurmrestd)
+    if command -v slurmctld >/dev/null && command -v munged >/dev/null \
+        && { [[ "$REST" != 1 ]] || command -v slurmrestd >/dev/null; }; then
         return 0
     fi
-    [[ "$(id -u)" == 0 ]] || { log "not root: cannot install slurm-wlm"; exit 2; }
-    log "installing slurm-wlm and munge (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >&2
+    [[ "$(id -u)" == 0 ]] || { log "not root: cannot install ${want[*]}"; exit 2; }
+    log "installing ${want[*]} (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >&2
 }
 
 node_name() { # node_name INDEX: the first node is this host, the others HOST-N
@@ -59,6 +68,10 @@ write_configs() {
         echo "SlurmctldPort=${GPULEASE_SLURM_PORT:-16817}"
         echo "AuthType=auth/munge"
         echo "AuthInfo=socket=$DIR/munge/munge.socket"
+        if [[ "$REST" == 1 ]]; then
+            echo "AuthAltTypes=auth/jwt"
+            echo "AuthAltParameters=jwt_key=$DIR/jwt.key"
+        fi
         echo "ProctrackType=proctrack/linuxproc"
         echo "TaskPlugin=task/none"
         echo "SelectType=select/cons_tres"
@@ -110,6 +123,51 @@ start_munge() {
         --seed-file="$DIR/munge/munged.seed" >&2
 }
 
+make_jwt_key() { # the HS256 key slurmctld signs and checks tokens with (root only)
+    if [[ ! -s "$DIR/jwt.key" ]]; then
+        dd if=/dev/urandom of="$DIR/jwt.key" bs=32 count=1 status=none
+    fi
+    chown root:root "$DIR/jwt.key"
+    chmod 0600 "$DIR/jwt.key"
+}
+
+start_rest() { # slurmrestd as $REST_USER (it refuses root), JWT auth only, openapi v0.0.38
+    local i
+    if ! id "$REST_USER" >/dev/null 2>&1; then
+        log "creating system user $REST_USER"
+        useradd --system --no-create-home --shell /usr/sbin/nologin "$REST_USER"
+    fi
+    if alive "$DIR/run/slurmrestd.pid"; then
+        return 0
+    fi
+    log "starting slurmrestd on 127.0.0.1:$REST_PORT as $REST_USER"
+    # SLURM_JWT=daemon: slurmrestd talks to slurmctld with auth/jwt (each client's token)
+    # instead of its own munge identity; setpriv execs, so $! is slurmrestd itself
+    env SLURM_JWT=daemon SLURM_CONF="$CONF" setpriv --reuid="$REST_USER" --regid="$REST_USER" \
+        --clear-groups slurmrestd -f "$CONF" -a rest_auth/jwt -s openapi/v0.0.38 \
+        "127.0.0.1:$REST_PORT" </dev/null >>"$DIR/log/slurmrestd.log" 2>&1 &
+    echo "$!" >"$DIR/run/slurmrestd.pid"
+    for ((i = 0; i < 50; i++)); do
+        if (echo >"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null; then
+            return 0
+        fi
+        alive "$DIR/run/slurmrestd.pid" || break
+        sleep 0.1
+    done
+    log "slurmrestd did not come up; see $DIR/log/slurmrestd.log:"
+    tail -n 20 "$DIR/log/slurmrestd.log" >&2 || true
+    exit 1
+}
+
+print_env() {
+    echo "export SLURM_CONF=$CONF"
+    if [[ "$REST" == 1 ]]; then
+        echo "export SLURM_REST_URL=http://127.0.0.1:$REST_PORT"
+        # the token is made when this line runs, never printed by this script
+        echo "export SLURM_JWT=\$(scontrol token username=root lifespan=3600 | cut -d= -f2)"
+    fi
+}
+
 start_slurm() {
     local i name
     export SLURM_CONF="$CONF"
@@ -144,6 +202,9 @@ wait_idle() { # until every node is idle (or mixed/allocated: busy is up too), 3
 all_up() {
     local i
     alive "$DIR/munge/munged.pid" && alive "$DIR/run/slurmctld.pid" || return 1
+    if [[ "$REST" == 1 ]]; then
+        alive "$DIR/run/slurmrestd.pid" && grep -q '^AuthAltTypes=auth/jwt' "$CONF" || return 1
+    fi
     for ((i = 0; i < NODES; i++)); do
         alive "$DIR/run/slurmd-$(node_name "$i").pid" || return 1
     done
@@ -151,21 +212,29 @@ all_up() {
 
 cmd_start() {
     if [[ -f "$CONF" ]] && all_up; then
-        echo "export SLURM_CONF=$CONF"
+        print_env
         return 0
+    fi
+    if [[ "$REST" == 1 ]] && alive "$DIR/run/slurmctld.pid" \
+        && ! grep -q '^AuthAltTypes=auth/jwt' "$CONF"; then
+        log "a cluster without JWT auth runs in $DIR; stop it or use another GPULEASE_SLURM_DIR"
+        exit 1
     fi
     install_packages
     write_configs
+    [[ "$REST" == 1 ]] && make_jwt_key
     start_munge
     start_slurm
     wait_idle
+    [[ "$REST" == 1 ]] && start_rest
     log "up: $NODES node(s) x $GPUS fake GPUs, partition gpu"
-    echo "export SLURM_CONF=$CONF"
+    print_env
 }
 
 cmd_stop() {
     local f pid
-    for f in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/munge/munged.pid"; do
+    for f in "$DIR/run/slurmrestd.pid" "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" \
+        "$DIR/munge/munged.pid"; do
         if alive "$f"; then
             pid="$(cat "$f")"
             log "stopping $(basename "$f" .pid) ($pid)"
@@ -188,8 +257,10 @@ cmd_status() {
 }
 
 case "${1:-}" in
-    start) cmd_start ;;
+    start)
+        [[ "${2:-}" == --rest ]] && REST=1
+        cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
-    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+    *) echo "usage: $0 start [--rest]|stop|status" >&2; exit 2 ;;
 esac

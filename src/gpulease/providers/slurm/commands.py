@@ -15,12 +15,19 @@ import shlex
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from gpulease.backoff import retry
 from gpulease.clock import Clock, SystemClock
 from gpulease.errors import GpuleaseError
-from gpulease.providers.base import CapacityError, ProviderError, ProviderUnavailable
+from gpulease.providers.base import (
+    CapacityError,
+    LaunchRequest,
+    ProviderError,
+    ProviderUnavailable,
+)
+from gpulease.providers.slurm import script
 from gpulease.providers.slurm.settings import SlurmSettings
 
 _UNREACHABLE = (
@@ -61,6 +68,19 @@ class NodeInfo:
     gpu_type: str | None
     cpus: int
     memory_mb: int
+
+
+class SlurmBackend(Protocol):
+    """What the provider needs of a cluster: the commands (:class:`SlurmCli`) or slurmrestd
+    (:class:`~gpulease.providers.slurm.rest.SlurmRest`)."""
+
+    def jobs(self) -> list[Mapping[str, Any]]: ...
+    def nodes(self) -> list[NodeInfo]: ...
+    def cluster_name(self) -> str: ...
+    def hostnames(self, nodelist: str) -> list[str]: ...
+    def submit(self, request: LaunchRequest, folder: Path, partition: str | None) -> str: ...
+    def cancel(self, job_ids: list[str]) -> None: ...
+    def close(self) -> None: ...
 
 
 class SlurmCli:
@@ -114,6 +134,19 @@ class SlurmCli:
             raise classify(argv[0], done.stderr, partition=partition)
         return done.stdout
 
+    def submit(self, request: LaunchRequest, folder: Path, partition: str | None) -> str:
+        """sbatch ``folder/batch.sh`` for ``request``; the new job's id."""
+        argv = script.sbatch_argv(request, self.settings, folder, partition)
+        out = self.run(argv, partition=partition).strip()
+        job_id = out.split(";")[0]
+        if not job_id.isdigit():
+            raise ProviderError(f"sbatch: unexpected answer {out!r}")
+        return job_id
+
+    def cancel(self, job_ids: list[str]) -> None:
+        if job_ids:
+            self.run(["scancel", *job_ids])
+
     def jobs(self) -> list[Mapping[str, Any]]:
         """Every job slurmctld still knows (``squeue --json``, finished ones for MinJobAge)."""
         out = self.run(["squeue", "--json", "--states=all"])
@@ -135,6 +168,9 @@ class SlurmCli:
             if key.strip() == "ClusterName":
                 return value.strip()
         return "slurm"
+
+    def close(self) -> None:
+        """Nothing to release: every command is its own process."""
 
     def hostnames(self, nodelist: str) -> list[str]:
         if not nodelist:

@@ -45,7 +45,8 @@ from gpulease.providers.base import (
     SupportsNodeToken,
 )
 from gpulease.providers.slurm import mapping, script
-from gpulease.providers.slurm.commands import SlurmCli
+from gpulease.providers.slurm.commands import SlurmBackend, SlurmCli
+from gpulease.providers.slurm.rest import SlurmRest
 from gpulease.providers.slurm.settings import SlurmSettings
 
 _S = InstanceState
@@ -62,11 +63,15 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
         *,
         clock: Clock | None = None,
         python: str = sys.executable,
-        cli: SlurmCli | None = None,
+        cli: SlurmBackend | None = None,
     ) -> None:
         self.settings = settings or SlurmSettings.from_mapping({})
         self.root = Path(self.settings.root).expanduser() if self.settings.root else root
-        self.cli = cli or SlurmCli(self.settings, clock=clock)
+        self.cli: SlurmBackend = cli or (
+            SlurmRest(self.settings, clock=clock)
+            if self.settings.rest_url
+            else SlurmCli(self.settings, clock=clock)
+        )
         self._clock = clock or SystemClock()
         self._python = python
         self._seen: dict[str, InstanceState] = {}
@@ -97,6 +102,9 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
             return sorted(found, key=lambda i: i.node_rank)
         return [self._placeholder(request, job_id, rank) for rank in range(request.num_nodes)]
 
+    def close(self) -> None:
+        self.cli.close()
+
     def terminate(self, instance_ids: list[str]) -> None:
         wanted = {p[0] for p in map(mapping.split_id, instance_ids) if p is not None}
         if not wanted:
@@ -107,7 +115,7 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
             and mapping.instance_state(mapping.job_state(j), True) is not _S.TERMINATED
         ]  # fmt: skip
         if live:
-            self.cli.run(["scancel", *sorted(live)])
+            self.cli.cancel(sorted(live))
 
     def list_instances(self, tags: Mapping[str, str]) -> list[Instance]:
         instances = self._observe(self.cli.jobs())
@@ -164,11 +172,7 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
         (folder / "node.sh").write_text(
             script.node_script(folder, self._python, self.settings.agent_host)
         )
-        argv = script.sbatch_argv(request, self.settings, folder, partition)
-        out = self.cli.run(argv, partition=partition).strip()
-        job_id = out.split(";")[0]
-        if not job_id.isdigit():
-            raise ProviderError(f"sbatch: unexpected answer {out!r}")
+        job_id = self.cli.submit(request, folder, partition)
         self._record(folder, request, job_id)
         return job_id
 
