@@ -4,7 +4,7 @@ Every call is ``subprocess.run([...])`` with ``SLURM_CONF`` in its environment, 
 always with a timeout. Failures are classified (:func:`classify`): an unreachable slurmctld is
 :class:`ProviderUnavailable` (retried with jittered, bounded backoff), a partition that cannot
 hold the job is :class:`CapacityError`, anything else :class:`ProviderError`. With
-``login: {ssh: user@host}`` the same argv runs through ``ssh`` (untested here). Moves no states.
+``login: {ssh: user@host}`` the same argv runs through ``ssh`` on the login node. Moves no states.
 """
 
 from __future__ import annotations
@@ -117,10 +117,17 @@ class SlurmCli:
             clock=self._clock,
         )
 
+    def _over_ssh(self, argv: list[str]) -> list[str]:
+        """``argv`` run on the login node: ssh (never asking for a password), the configured
+        options, the cluster's slurm.conf passed as SLURM_CONF when one is configured."""
+        settings = self.settings
+        assert settings.ssh is not None
+        conf = ["-o", f"SetEnv=SLURM_CONF={settings.slurm_conf}"] if settings.slurm_conf else []
+        return ["ssh", "-o", "BatchMode=yes", *settings.ssh_options, *conf, settings.ssh,
+                shlex.join(argv)]  # fmt: skip
+
     def _run_once(self, argv: list[str], partition: str | None) -> str:
-        full = argv
-        if self.settings.ssh is not None:
-            full = ["ssh", "-o", "BatchMode=yes", self.settings.ssh, shlex.join(argv)]
+        full = self._over_ssh(argv) if self.settings.ssh is not None else argv
         try:
             done = subprocess.run(
                 full, env=self.env(), capture_output=True, text=True, timeout=self._timeout,

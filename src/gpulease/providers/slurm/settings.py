@@ -17,7 +17,8 @@ from gpulease.errors import UserInputError
 WHERE = "providers.slurm"
 _KNOWN = {
     "slurm_conf", "partitions", "account", "qos", "sbatch_options", "price_per_gpu_hour",
-    "login", "root", "agent_host", "accelerator", "rest_url", "rest_user", "rest_token_env",
+    "login", "ssh_options", "root", "agent_host", "accelerator", "rest_url", "rest_user",
+    "rest_token_env",
 }  # fmt: skip
 _URL = re.compile(r"^https?://[A-Za-z0-9.\[\]:_-]+(:[0-9]{1,5})?(/[^\s]*)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -30,7 +31,9 @@ class SlurmSettings:
     partitions to use (empty: all that ``sinfo`` shows); ``account`` / ``qos``: passed to
     sbatch; ``sbatch_options``: extra sbatch flags; ``price_per_gpu_hour``: the internal rate the
     optimizer sees; ``login``: ``local`` (the Slurm commands run here) or ``ssh: user@host``
-    (documented, untested); ``root``: the shared directory for node dirs (None: the provider's
+    (they run on a login node over ssh; ``ssh_options``: extra ssh flags such as ``-p``/``-i``;
+    an explicit ``slurm_conf`` is passed as ``SetEnv=SLURM_CONF``, which the login node's sshd
+    must ``AcceptEnv``); ``root``: the shared directory for node dirs (None: the provider's
     own); ``agent_host``: the address agents bind; ``accelerator``: the GPU model of gres entries
     that name no type; ``rest_url``: slurmrestd's base URL (``http(s)://host:port``; set, the
     provider talks to slurmrestd instead of running the commands); ``rest_user``: the
@@ -46,6 +49,7 @@ class SlurmSettings:
     price_per_gpu_hour: float = 0.0
     login: str = "local"
     ssh: str | None = None
+    ssh_options: tuple[str, ...] = ()
     root: str | None = None
     agent_host: str = "127.0.0.1"
     accelerator: str = "T4"
@@ -75,6 +79,7 @@ class SlurmSettings:
             price_per_gpu_hour=_price(data.get("price_per_gpu_hour", 0.0)),
             login=login,
             ssh=ssh,
+            ssh_options=_texts(data.get("ssh_options"), "ssh_options"),
             root=_optional_text(data.get("root"), "root"),
             agent_host=_text(data.get("agent_host", "127.0.0.1"), "agent_host"),
             accelerator=_text(data.get("accelerator", "T4"), "accelerator"),
