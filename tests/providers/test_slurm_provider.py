@@ -181,3 +181,28 @@ def test_offers_come_from_sinfo(slurm_env: str) -> None:  # noqa: F811
     assert "slurm" in configured_providers({})  # SLURM_CONF alone enables slurm
     assert "slurm" in set(catalog_for(configured_providers({})).offers.provider.tolist())
     assert isinstance(build_providers({})["slurm"], SlurmProvider)
+
+
+def test_a_node_failure_is_a_preempted_event(provider: SlurmProvider, slurm_env: str) -> None:  # noqa: F811
+    """A node going DOWN under a running allocation (what a hardware failure does): the job is
+    requeued by Slurm (``--requeue``) and the provider reports it preempted."""
+    request = _request(gpus_per_node=1)
+    ids = [i.id for i in provider.launch(request)]
+    tags = {TAG_REQUEST: request.request_id}
+    _wait(lambda: all(i.agent_url for i in provider.list_instances(tags)), "the agent")
+    provider.poll_events()
+    job = _squeue(ids[0].split(".")[0], slurm_env)
+    node = str(job["nodes"])
+    env = {"SLURM_CONF": slurm_env, "PATH": "/usr/bin:/bin"}
+    down = ["scontrol", "update", f"nodename={node}", "state=down", "reason=gpulease-test"]
+    subprocess.run(down, env=env, check=True, timeout=20)
+    try:
+        events = _wait(
+            lambda: [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED],
+            "a PREEMPTED event", timeout=60,
+        )  # fmt: skip
+        assert [e.instance_id for e in events] == ids
+    finally:
+        resume = ["scontrol", "update", f"nodename={node}", "state=resume"]
+        subprocess.run(resume, env=env, check=False, timeout=20)
+        provider.terminate(ids)
