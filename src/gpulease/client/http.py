@@ -103,17 +103,8 @@ class Client:
 
     def logs(self, name: str, offset: int = 0, *, rank: int = 0, wait_s: float = 0.0) -> LogChunk:
         params = {"offset": offset, "rank": rank, "wait_s": wait_s}
-        response = self._request(
-            "GET", f"/v1/clusters/{name}/logs", params=params, timeout=wait_s + 30.0
-        )
-        headers = response.headers
-        return LogChunk(
-            data=response.content,
-            next_offset=int(headers["X-Gpulease-Next-Offset"]),
-            complete=headers["X-Gpulease-Log-Complete"] == "true",
-            task_state=headers["X-Gpulease-Task-State"],
-            cluster_status=headers["X-Gpulease-Cluster-Status"],
-        )
+        response, chunk = self._log_chunk(f"/v1/clusters/{name}/logs", params, wait_s)
+        return LogChunk(**chunk, cluster_status=response.headers["X-Gpulease-Cluster-Status"])
 
     def exec(
         self, name: str, command: str, *, rank: int = 0, timeout_s: float = 60.0
@@ -148,15 +139,10 @@ class Client:
         params: dict[str, Any] = {"offset": offset, "wait_s": wait_s}
         if attempt is not None:
             params["attempt"] = attempt
-        response = self._request(
-            "GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=wait_s + 30.0
-        )
+        response, chunk = self._log_chunk(f"/v1/jobs/{job_id}/logs", params, wait_s)
         headers = response.headers
         return JobLogChunk(
-            data=response.content,
-            next_offset=int(headers["X-Gpulease-Next-Offset"]),
-            complete=headers["X-Gpulease-Log-Complete"] == "true",
-            task_state=headers["X-Gpulease-Task-State"],
+            **chunk,
             job_status=headers["X-Gpulease-Job-Status"],
             attempt=int(headers["X-Gpulease-Job-Attempt"]),
         )
@@ -169,6 +155,19 @@ class Client:
         self._json("POST", "/v1/server/shutdown")
 
     # ---- plumbing ---------------------------------------------------------------------------
+
+    def _log_chunk(
+        self, path: str, params: dict[str, Any], wait_s: float
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        """A long-polled piece of output: the response and the fields every log chunk has."""
+        response = self._request("GET", path, params=params, timeout=wait_s + 30.0)
+        headers = response.headers
+        return response, {
+            "data": response.content,
+            "next_offset": int(headers["X-Gpulease-Next-Offset"]),
+            "complete": headers["X-Gpulease-Log-Complete"] == "true",
+            "task_state": headers["X-Gpulease-Task-State"],
+        }
 
     def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         data: dict[str, Any] = self._request(method, path, **kw).json()
