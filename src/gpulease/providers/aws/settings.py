@@ -10,11 +10,15 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpulease.errors import UserInputError
+from gpulease.providers.fields import optional_text, text
 
 WHERE = "providers.aws"
+_text = partial(text, WHERE)
+_optional_text = partial(optional_text, WHERE)
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _KNOWN = {
     "regions", "ami", "ssh_cidr", "ssh_user", "instance_profile", "subnets", "instance_type",
@@ -56,16 +60,6 @@ class AwsSettings:
             agent_port=_port(data.get("agent_port", 7070)),
             tunnels=_flag(data.get("tunnels", True), "tunnels"),
         )
-
-
-def _text(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise UserInputError(f"{WHERE}.{name}: expected a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _optional_text(value: Any, name: str) -> str | None:
-    return None if value is None else _text(value, name)
 
 
 def _ami(value: Any, where: str) -> str | None:

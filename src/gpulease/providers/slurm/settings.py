@@ -10,11 +10,15 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gpulease.errors import UserInputError
+from gpulease.providers.fields import optional_text, text
 
 WHERE = "providers.slurm"
+_text = partial(text, WHERE)
+_optional_text = partial(optional_text, WHERE)
 _KNOWN = {
     "slurm_conf", "partitions", "account", "qos", "sbatch_options", "price_per_gpu_hour",
     "login", "ssh_options", "root", "agent_host", "accelerator", "rest_url", "rest_user",
@@ -87,16 +91,6 @@ class SlurmSettings:
             rest_user=_text(data.get("rest_user", "root"), "rest_user"),
             rest_token_env=_env_name(data.get("rest_token_env", "SLURM_JWT")),
         )
-
-
-def _text(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise UserInputError(f"{WHERE}.{name}: expected a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _optional_text(value: Any, name: str) -> str | None:
-    return None if value is None else _text(value, name)
 
 
 def _texts(value: Any, name: str) -> tuple[str, ...]:
