@@ -168,7 +168,7 @@ def test_a_requeue_is_a_preempted_event(provider: SlurmProvider, slurm_env: str)
         listed = provider.list_instances(tags)
         return [i for i in listed if i.state is InstanceState.RUNNING and i.agent_url]
 
-    back = _wait(running_again, "running again")
+    back = _wait(running_again, "running again", timeout=60)
     assert [i.id for i in back] == ids
     assert not [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED]
 
