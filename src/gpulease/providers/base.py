@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from gpulease.clock import Clock
 from gpulease.errors import Permanent, Retryable
+from gpulease.providers.ssh import SshTarget
 
 TAG_CLUSTER = "gpulease-cluster"
 TAG_OWNER = "gpulease-owner"
@@ -184,6 +185,14 @@ class SupportsNodeToken(ABC):
 
     @abstractmethod
     def node_token(self, instance_id: str) -> SecretStr: ...
+
+
+class SupportsSsh(ABC):
+    """The provider's nodes are machines the server logs in to over SSH (``gpulease ssh``)."""
+
+    @abstractmethod
+    def ssh_target(self, instance_id: str) -> SshTarget:
+        """Where and as whom to log in to the instance, with which key."""
 
 
 class SupportsSpotMarket(ABC):
