@@ -157,6 +157,7 @@ class VmCloud:
         self.gateway = str(hosts[-1])  # .254: the root namespace's side
         self._free = [str(h) for h in hosts[:-1]]
         self.bridge = f"glvb{self.tag}"
+        folder.mkdir(parents=True, exist_ok=True)
         self.address_map = folder / "address-map.json"
         self.vms: dict[str, Vm] = {}
         self.boot_seconds: list[float] = []

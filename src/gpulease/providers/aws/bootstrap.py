@@ -141,26 +141,32 @@ class Bootstraps:
         self.ssh = ssh
         self.base_s, self.cap_s, self.timeout_s = base_s, cap_s, timeout_s
         self._done: set[str] = set()
+        self._targets: dict[str, SshTarget] = {}  # the latest address: it may change
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.Lock()
 
     def ready(self, instance_id: str, target: SshTarget) -> bool:
         """True once the instance is bootstrapped; otherwise makes sure a thread works on it."""
         with self._lock:
+            self._targets[instance_id] = target
             if instance_id in self._done:
                 return True
             running = self._threads.get(instance_id)
             if running is None or not running[0].is_alive():
                 stop = threading.Event()
-                thread = threading.Thread(target=self._loop, args=(instance_id, target, stop),
+                thread = threading.Thread(target=self._loop, args=(instance_id, stop),
                                           name=f"bootstrap-{instance_id}", daemon=True)  # fmt: skip
                 self._threads[instance_id] = (thread, stop)
                 thread.start()
         return False
 
-    def _loop(self, instance_id: str, target: SshTarget, stop: threading.Event) -> None:
+    def _loop(self, instance_id: str, stop: threading.Event) -> None:
         attempt, last_error = 0, ""
         while not stop.is_set():
+            with self._lock:
+                target = self._targets.get(instance_id)
+            if target is None:  # forgotten
+                return
             try:
                 if self.once(target):
                     with self._lock:
@@ -205,6 +211,7 @@ class Bootstraps:
         """Stop working on an instance (terminated)."""
         with self._lock:
             self._done.discard(instance_id)
+            self._targets.pop(instance_id, None)
             running = self._threads.pop(instance_id, None)
         if running is not None:
             running[1].set()

@@ -268,6 +268,8 @@ class AwsProvider(
         self, region: str, data: Mapping[str, Any], address: str | None
     ) -> SshTarget | None:
         host = address or data.get("PublicIpAddress") or data.get("PublicDnsName")
+        if self.settings.address_map is not None:  # the map says where instances are, alone
+            host = address
         owner = tags_of(data).get(TAG_OWNER)
         if not (host and owner):
             return None
