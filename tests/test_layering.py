@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpulease"
-BASE = {"errors", "config", "units", "clock", "backoff"}  # leaf modules any package may use
+BASE = {"errors", "config", "units", "clock", "backoff", "wire"}  # leaf modules: any may use
 
 ALLOWED: dict[str, set[str]] = {
     "spec": set(),

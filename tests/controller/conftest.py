@@ -15,6 +15,7 @@ from gpulease.state import (
     create_cluster,
     session_scope,
 )
+from gpulease.wire import RunSpec
 from tests.controller.doubles import FakeAgents, FakeProvider
 
 # every reconciler test runs on SQLite and on the session's real PostgreSQL server
@@ -68,11 +69,12 @@ def new_cluster(
     *,
     name: str = "c1",
     plans: tuple[LaunchTarget, ...] = (target(),),
-    spec: dict[str, object] | None = None,
+    run: RunSpec | None = None,
     autostop: int | None = None,
     down: bool = False,
 ) -> int:
-    doc = LaunchDocument(spec=spec or {"name": name, "run": "python train.py"}, plans=plans)
+    run = run or RunSpec(run="python train.py", workdir="/src")
+    doc = LaunchDocument(run=run, plans=plans, spec={"name": name, "run": run.run})
     with session_scope(engine) as session:
         cluster, _intent = create_cluster(
             session,
@@ -82,7 +84,6 @@ def new_cluster(
             owner=OWNER,
             actor="test",
             now=clock.now(),
-            workdir="/src",
             autostop_minutes=autostop,
             autostop_down=down,
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from gpulease.controller import AgentReport, ExecResult, Liveness, LogChunk, NodeRef, NodeTask
+from gpulease.controller import AgentReport, Liveness, NodeRef
 from gpulease.errors import Retryable
 from gpulease.providers.base import (
     CapacityError,
@@ -20,6 +20,7 @@ from gpulease.providers.base import (
     SupportsStopStart,
 )
 from gpulease.state import hash_token
+from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
 
 S = InstanceState
 
@@ -163,7 +164,8 @@ class _Port:
             return AgentReport(Liveness.UNKNOWN)
         if self.a.task is None or self.a.task.task_id != task_id:
             return AgentReport(Liveness.ALIVE)
-        return AgentReport(Liveness.ALIVE, self.a.state, self.a.exit_code)
+        state = TaskState(self.a.state) if self.a.state else None
+        return AgentReport(Liveness.ALIVE, state, self.a.exit_code)
 
     def submit(self, task: NodeTask) -> None:
         self._check()
@@ -183,7 +185,8 @@ class _Port:
     def logs(self, task_id: str, offset: int, limit: int | None = None) -> LogChunk:
         self._check()
         data = self.a.log[offset:]
-        return LogChunk(data, offset + len(data), self.a.state == "SUCCEEDED", self.a.state or "")
+        state = TaskState(self.a.state or TaskState.PENDING)
+        return LogChunk(data, offset, offset + len(data), state is TaskState.SUCCEEDED, state)
 
     def exec(self, task_id: str, command: str, timeout_s: float) -> ExecResult:
         self._check()

@@ -19,6 +19,7 @@ from gpulease.controller.job_document import (
     blocked_now,
 )
 from gpulease.state import LaunchTarget
+from gpulease.wire import CheckpointSync, RunSpec
 
 
 def spot(
@@ -35,7 +36,7 @@ def doc(
     spots: tuple[LaunchTarget, ...] = (), on_demand: tuple[LaunchTarget, ...] = (), **policy: Any
 ) -> JobDocument:
     return JobDocument(
-        spec={"run": "x"}, task_id="t-1", spot=spots, on_demand=on_demand,
+        run=RunSpec(run="x"), task_id="t-1", spot=spots, on_demand=on_demand,
         policy=JobPolicy(**policy),
     )  # fmt: skip
 
@@ -49,6 +50,7 @@ def block(region: str, zone: str | None, until: float = 100.0, provider: str = "
 
 def test_the_document_survives_a_json_round_trip() -> None:
     original = JobDocument(
+        run=RunSpec(run="python train.py"),
         spec={"name": "train", "run": "python train.py", "num_nodes": 2},
         task_id="job-train-3",
         spot=(spot("r1", "z1"), spot("r2", "z2", price=3.0)),
@@ -63,7 +65,7 @@ def test_the_document_survives_a_json_round_trip() -> None:
             max_spot_price=5.0,
             spot_price_ratio=0.5,
         ),
-        checkpoint={"uri": "s3://b/ckpt", "every_s": 300.0},
+        checkpoint=CheckpointSync(dir="ckpt", store="s3://b/ckpt", sync_s=300.0),
     )
     data = json.loads(json.dumps(original.to_json()))
     assert data["version"] == JOB_DOCUMENT_VERSION
@@ -102,22 +104,43 @@ _POLICIES = st.builds(
 )
 
 
+_RUNS = st.builds(
+    RunSpec,
+    run=st.none() | st.text(max_size=20),
+    setup=st.none() | st.text(max_size=9),
+    envs=st.dictionaries(st.from_regex(r"[A-Z_]{1,5}", fullmatch=True), st.text(max_size=5)),
+)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3),
     st.lists(_TARGETS, max_size=3),
     st.lists(_TARGETS, max_size=3),
     _POLICIES,
-    st.none() | st.dictionaries(st.text(max_size=5), st.integers(), min_size=1, max_size=2),
+    st.none()
+    | st.builds(
+        CheckpointSync,
+        dir=st.none() | st.text(max_size=8),
+        store=st.none() | st.text(max_size=8),
+        sync_s=st.none() | st.floats(0.1, 1e6),
+    ),
+    st.builds(
+        RunSpec,
+        run=st.none() | st.text(max_size=20),
+        setup=st.none() | st.text(max_size=9),
+        envs=st.dictionaries(st.from_regex(r"[A-Z_]{1,5}", fullmatch=True), st.text(max_size=5)),
+    ),
 )
-def test_any_document_survives_a_json_round_trip(
+def test_any_document_survives_a_json_round_trip(  # noqa: PLR0917 - one per strategy
     spec: dict[str, Any],
     spots: list[LaunchTarget],
     on_demand: list[LaunchTarget],
     policy: JobPolicy,
-    checkpoint: dict[str, Any] | None,
+    checkpoint: CheckpointSync | None,
+    run: RunSpec,
 ) -> None:
-    original = JobDocument(spec, "tid", tuple(spots), tuple(on_demand), policy, checkpoint)
+    original = JobDocument(run, "tid", spec, tuple(spots), tuple(on_demand), policy, checkpoint)
     assert JobDocument.from_json(json.loads(json.dumps(original.to_json()))) == original
 
 

@@ -45,6 +45,7 @@ from gpulease.state import (
     set_status,
 )
 from gpulease.state.machines import allowed
+from gpulease.wire import RunSpec
 from tests.controller.conftest import OWNER
 from tests.controller.doubles import FakeAgents, FakeProvider
 
@@ -75,7 +76,7 @@ def make_doc(
     **policy: Any,
 ) -> JobDocument:
     return JobDocument(
-        spec={"run": "python train.py"},
+        run=RunSpec(run="python train.py"),
         task_id="job-train-1",
         spot=spot,
         on_demand=on_demand,

@@ -19,6 +19,7 @@ from gpulease.controller import (
 from gpulease.controller.actions import Launch, MissedHeartbeat, SetCluster, SetNode, Terminate
 from gpulease.providers.base import LaunchRequest
 from gpulease.state import ClusterStatus, NodeState
+from gpulease.wire import RunSpec
 from tests.controller.conftest import OWNER, cluster_row, new_cluster, target
 from tests.controller.doubles import FakeProvider
 
@@ -49,7 +50,7 @@ def test_the_sweep_terminates_only_this_owners_unclaimed_instances(
 def _snapshot(status: ClusterStatus, nodes: tuple[NodeView, ...] = (), **kw: object) -> Snapshot:
     cluster = ClusterView(
         id=1, name="c", owner=OWNER, status=status, status_changed_at=0.0, target=target(),
-        document=LaunchDocument({"run": "x"}, (target(),)), failovers=0, workdir=None,
+        document=LaunchDocument(RunSpec(run="x"), (target(),)), failovers=0,
         autostop_minutes=None, autostop_down=False, last_activity_at=0.0,
     )  # fmt: skip
     return Snapshot(now=10.0, cluster=cluster, nodes=nodes, intents=(), **kw)  # type: ignore[arg-type]

@@ -74,6 +74,20 @@ def test_launch_writes_a_pending_cluster_with_its_ranked_plans(
         assert row is not None
         doc = LaunchDocument.from_json(row.task)
     assert doc.spec["run"] == "python x.py" and doc.plans[0].provider == "local"
+    assert doc.run.run == "python x.py" and doc.run.envs == {"SECRET": "hunter2"}
+    assert view["warnings"] == []
+
+
+def test_launch_answers_with_the_warnings_of_its_one_parse(http: TestClient) -> None:
+    body = {"task": task_body("true", name="w", envs={"UNSET": None})}
+    view = http.post("/v1/clusters", json=body).json()
+    assert [w for w in view["warnings"] if "envs.UNSET" in w and "no value" in w], view
+
+
+def test_a_relative_workdir_is_refused_by_the_server(http: TestClient) -> None:
+    response = http.post("/v1/clusters", json={"task": task_body("true", name="r"),
+                                               "workdir": "examples/train"})  # fmt: skip
+    assert response.status_code == 422 and "workdir" in response.text
 
 
 @pytest.mark.parametrize(

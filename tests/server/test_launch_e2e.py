@@ -13,19 +13,18 @@ from tests.server.conftest import ROOT, ServerProcess, task_body
 pytestmark = pytest.mark.slow
 
 
-def _quickstart() -> dict[str, object]:
-    from gpulease.spec import load_task
-
-    task = load_task(ROOT / "examples" / "quickstart.yaml")
-    return task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-
-
 def test_quickstart_trains_to_an_accuracy_and_down_leaves_no_process(
-    server: ServerProcess,
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """As the README's SDK example: the Task itself, its relative workdir taken from the
+    caller's directory."""
+    import gpulease
+
+    monkeypatch.chdir(ROOT)
     api = server.start().api
-    view = api.launch(_quickstart(), workdir=str(ROOT / "examples" / "train"))
+    view = api.launch(gpulease.load_task("examples/quickstart.yaml"))
     assert view["status"] == "pending" and view["provider"] == "local"
+    assert view["warnings"] == []
     done = server.wait_status("quickstart", {"succeeded", "failed"})
     logs = server.all_logs("quickstart")
     assert done["status"] == "succeeded", (done["reason"], logs)

@@ -81,16 +81,16 @@ def test_session_scope_commits_and_rolls_back(engine: Engine, clock: VirtualCloc
     with pytest.raises(ZeroDivisionError), session_scope(engine) as session:
         cluster = get_cluster(session, cluster_id)
         assert cluster is not None
-        cluster.workdir = "/changed"
+        cluster.autostop_minutes = 7
         session.flush()
         _ = 1 / 0
     with session_scope(engine) as session:
         cluster = get_cluster(session, cluster_id)
-        assert cluster is not None and cluster.workdir is None
-        cluster.workdir = "/kept"
+        assert cluster is not None and cluster.autostop_minutes is None
+        cluster.autostop_minutes = 9
     with session_scope(engine) as session:
         cluster = get_cluster(session, cluster_id)
-        assert cluster is not None and cluster.workdir == "/kept"
+        assert cluster is not None and cluster.autostop_minutes == 9
 
 
 def test_foreign_keys_are_enforced(engine: Engine) -> None:
@@ -116,13 +116,14 @@ def test_a_locked_database_raises_database_busy(engine: Engine, clock: VirtualCl
     try:
         with engine.connect() as holder:
             holder.execute(
-                text("UPDATE clusters SET workdir = 'x' WHERE id = :id"), {"id": cluster_id}
+                text("UPDATE clusters SET autostop_minutes = 1 WHERE id = :id"), {"id": cluster_id}
             )
             with pytest.raises(DatabaseBusy) as info, session_scope(waiter) as session:
                 if waiter.dialect.name == "postgresql":
                     session.execute(text("SET LOCAL lock_timeout = '200ms'"))
                 session.execute(
-                    text("UPDATE clusters SET workdir = 'y' WHERE id = :id"), {"id": cluster_id}
+                    text("UPDATE clusters SET autostop_minutes = 2 WHERE id = :id"),
+                    {"id": cluster_id},
                 )
             holder.rollback()
     finally:

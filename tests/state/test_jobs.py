@@ -54,7 +54,7 @@ def move(engine: Engine, job_id: int, new: JobStatus, now: float, **kw: object) 
 def test_create_job_writes_a_pending_row_and_its_history(
     engine: Engine, clock: VirtualClock
 ) -> None:
-    jid = new_job(engine, clock, workdir="/src")
+    jid = new_job(engine, clock)
     with session_scope(engine) as session:
         job = get_job(session, jid)
         assert job is not None
@@ -64,7 +64,7 @@ def test_create_job_writes_a_pending_row_and_its_history(
         assert (job.attempt, job.cluster_id, job.recoveries, job.restarts) == (0, None, 0, 0)
         assert (job.blocked, job.events, job.cost_usd, job.run_s) == ([], [], 0.0, 0.0)
         assert (job.cancel_requested, job.pending_stop, job.failure) == (False, None, None)
-        assert (job.task, job.workdir, job.clock) == ({"task_id": "t"}, "/src", "system")
+        assert (job.task, job.clock) == ({"task_id": "t"}, "system")
         assert job.started_at_job == clock.now()
         (created,) = history(session, job)
         assert (created.entity_kind, created.entity_id) == ("job", jid)

@@ -4,6 +4,7 @@ migrations ship inside the package (no alembic.ini, any working directory)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -11,12 +12,14 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
 import gpulease.state
+from gpulease.controller.document import LaunchDocument
 from gpulease.state import current_revision, head_revision, upgrade
 from gpulease.state.migrate import MIGRATIONS_DIR, _config
 from gpulease.state.models import Base
+from gpulease.wire import RunSpec
 
 TABLES = {"jobs", "clusters", "nodes", "launch_intents", "status_changes", "server_identity"}
 
@@ -83,9 +86,42 @@ def test_the_migrations_are_part_of_the_package() -> None:
     assert sorted(p.name for p in (MIGRATIONS_DIR / "versions").glob("0*.py")) == [
         "0001_initial.py",
         "0002_jobs.py",
+        "0003_run_spec.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]
     for finder in (setuptools.find_packages, setuptools.find_namespace_packages):
         packages = set(finder(str(src)))
         assert {"gpulease.state.migrations", "gpulease.state.migrations.versions"} <= packages
+
+
+def test_0003_moves_workdir_into_a_typed_run_spec(empty_engine: Engine) -> None:
+    """A version 1 launch document and a bare spec written at 0002 come out at head as version
+    2 documents whose ``run`` holds what the nodes run, the row's old ``workdir`` included."""
+    with empty_engine.begin() as conn:
+        command.upgrade(_config(conn), "0002")
+    spec = {"name": "ft", "run": "python t.py", "setup": "pip install x", "envs": {"A": 1},
+            "file_mounts": {"/data": "/src/data"},
+            "resources": {"provider_config": {"aws": {"ami": "ami-1"}}}}  # fmt: skip
+    v1 = {"version": 1, "spec": spec, "plans": []}
+    insert = text(
+        "INSERT INTO clusters (id, name, owner, status, status_changed_at, provider, "
+        "gpus_per_node, num_nodes, pricing, task, workdir, autostop_down, failover_history, "
+        "created_at, updated_at) VALUES (:id, :name, 'o', 'pending', 0, 'local', 0, 1, "
+        "'on_demand', :task, :workdir, false, '[]', 0, 0)"
+    )
+    with empty_engine.begin() as conn:
+        conn.execute(insert, {"id": 1, "name": "a", "task": json.dumps(v1), "workdir": "/w"})
+        conn.execute(insert, {"id": 2, "name": "b", "task": json.dumps({"run": "echo"}),
+                              "workdir": None})  # fmt: skip
+    upgrade(empty_engine)
+    with empty_engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT id, task FROM clusters")).all())
+    docs = {k: LaunchDocument.from_json(v if isinstance(v, dict) else json.loads(v))
+            for k, v in rows.items()}  # fmt: skip
+    assert docs[1].run == RunSpec(
+        run="python t.py", setup="pip install x", envs={"A": "1"}, workdir="/w",
+        file_mounts={"/data": "/src/data"}, provider_config={"aws": {"ami": "ami-1"}},
+    )  # fmt: skip
+    assert docs[1].spec == spec and docs[2].run == RunSpec(run="echo") and docs[2].plans == ()
+    assert "workdir" not in {c["name"] for c in inspect(empty_engine).get_columns("clusters")}

@@ -47,7 +47,6 @@ def test_create_writes_a_pending_cluster_and_intent_with_history(
             actor="api",
             now=clock.now(),
             request_id="req-1",
-            workdir="/w",
             autostop_minutes=30,
             autostop_down=True,
         )

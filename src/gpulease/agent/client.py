@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import functools
 import ssl
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.errors import Permanent, Retryable
+from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
 
 
 class AgentRequestError(Permanent):
@@ -40,22 +39,6 @@ class AgentUnauthorized(AgentRequestError):
 
 class AgentUnavailable(Retryable):
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class LogChunk:
-    data: bytes
-    next_offset: int
-    complete: bool
-    state: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExecOutput:
-    exit_code: int | None
-    output: str
-    timed_out: bool
-    truncated: bool
 
 
 @functools.cache
@@ -95,9 +78,8 @@ class AgentClient:
     def health(self) -> dict[str, Any]:
         return self._json("GET", "/v1/health")
 
-    def submit(self, submission: TaskSubmission) -> dict[str, Any]:
-        body = submission.model_dump(mode="json")
-        return self._json("POST", "/v1/tasks", json=body)
+    def submit(self, task: NodeTask) -> dict[str, Any]:
+        return self._json("POST", "/v1/tasks", json=task.wire())
 
     def status(self, task_id: str) -> dict[str, Any]:
         return self._json("GET", f"/v1/tasks/{task_id}")
@@ -112,9 +94,11 @@ class AgentClient:
         headers = response.headers
         return LogChunk(
             data=response.content,
+            offset=int(headers.get("X-Gpulease-Offset", offset)),
             next_offset=int(headers["X-Gpulease-Next-Offset"]),
             complete=headers["X-Gpulease-Log-Complete"] == "true",
-            state=headers["X-Gpulease-Task-State"],
+            state=TaskState(headers["X-Gpulease-Task-State"]),
+            size=int(headers["X-Gpulease-Log-Size"]) if "X-Gpulease-Log-Size" in headers else None,
         )
 
     def preempt(self, task_id: str, grace_s: float = 30.0) -> dict[str, Any]:
@@ -123,10 +107,10 @@ class AgentClient:
     def cancel(self, task_id: str, grace_s: float = 10.0) -> dict[str, Any]:
         return self._json("POST", f"/v1/tasks/{task_id}/cancel", json={"grace_s": grace_s})
 
-    def exec(self, task_id: str, command: str, timeout_s: float = 30.0) -> ExecOutput:
+    def exec(self, task_id: str, command: str, timeout_s: float = 30.0) -> ExecResult:
         body = {"command": command, "timeout_s": timeout_s}
         data = self._json("POST", f"/v1/tasks/{task_id}/exec", json=body, extra=timeout_s)
-        return ExecOutput(**data)
+        return ExecResult.from_json(data)
 
     def shutdown(self, *, cancel_task: bool = False, grace_s: float = 10.0) -> None:
         self._json("POST", "/v1/shutdown", json={"cancel_task": cancel_task, "grace_s": grace_s})

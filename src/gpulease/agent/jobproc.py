@@ -19,8 +19,9 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from gpulease.wire import ExecResult
 
 _WRAPPER = (
     'trap : TERM; bash -c "$1"; rc=$?; '
@@ -104,14 +105,6 @@ def _signal_name(number: int) -> str | None:
         return signal.Signals(number).name
     except ValueError:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class ExecResult:
-    exit_code: int | None
-    output: str
-    timed_out: bool
-    truncated: bool
 
 
 def run_exec(

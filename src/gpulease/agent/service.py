@@ -20,7 +20,6 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
 from gpulease.clock import Clock, SystemClock
+from gpulease.wire import ExecResult, LogChunk
 
 log = logging.getLogger("gpulease.agent")
 
@@ -46,16 +46,6 @@ class AgentError(Exception):
         self.status = status
         self.code = code
         self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class LogChunk:
-    data: bytes
-    offset: int
-    next_offset: int
-    size: int
-    complete: bool  # the task ended and every byte up to ``next_offset`` was handed out
-    state: TaskState
 
 
 class Agent:
@@ -175,7 +165,7 @@ class Agent:
             size, data = 0, b""
         next_offset = min(offset, size) + len(data)
         complete = state.terminal and next_offset >= size
-        return LogChunk(data, offset, next_offset, size, complete, state)
+        return LogChunk(data, offset, next_offset, complete, state, size)
 
     def stop_task(self, task_id: str, kind: str, grace_s: float) -> dict[str, Any]:
         runner = self._runner(task_id)
@@ -191,7 +181,7 @@ class Agent:
         runner.request_stop("preempt", grace_s)
         return runner.record.task_id
 
-    def exec(self, task_id: str, req: ExecRequest) -> jobproc.ExecResult:
+    def exec(self, task_id: str, req: ExecRequest) -> ExecResult:
         runner = self._runner(task_id)
         return jobproc.run_exec(
             req.command,

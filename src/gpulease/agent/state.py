@@ -15,7 +15,6 @@ fsync, rename) after every change, so a restarted agent reports — and resumes 
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import tempfile
@@ -24,25 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from gpulease.agent.api import TaskSubmission
+from gpulease.wire import PREEMPTED_EXIT_CODE, TaskState
 
-PREEMPTED_EXIT_CODE = 75  # "preempted, checkpoint taken, resume me"
+__all__ = ["PREEMPTED_EXIT_CODE", "TRANSITIONS", "InvalidTransition", "TaskRecord", "TaskState",
+           "load_record", "save_record", "set_state", "write_json_atomic"]  # fmt: skip
 
-
-class TaskState(enum.StrEnum):
-    PENDING = "PENDING"
-    SETTING_UP = "SETTING_UP"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    PREEMPTED = "PREEMPTED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in _TERMINAL
-
-
-_TERMINAL = {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED}
 _ENDINGS = {TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED}
 
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpulease.cli.follow import client, say
-from gpulease.cli.launch_cmd import resolve_workdir
+from gpulease.cli.launch_cmd import load_for_launch, say_new_warnings
 from gpulease.cli.output import console, print_json
 
 if TYPE_CHECKING:
@@ -39,16 +39,11 @@ def launch(
 ) -> None:
     """Launch a managed job: spot when cheap, on-demand when the deadline needs it, recovered
     from its last checkpoint after every preemption."""
-    from gpulease.spec import load_task_with_warnings
-
-    task, warnings = load_task_with_warnings(task_file)
-    for warning in warnings:
-        say(f"warning: {warning}")
-    data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    if provider:
-        data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
+    task, said = load_for_launch(task_file, provider)
     with client() as api:
-        view = api.job_launch(data, name=name, workdir=resolve_workdir(task.workdir))
+        view = api.job_launch(task, name=name)
+        if not as_json:
+            say_new_warnings(view, said)
         if as_json:
             print_json(view)
             return

@@ -4,11 +4,14 @@ showing progress and the run's output live; exits with the task's exit status.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpulease.cli.follow import client, follow, say
+
+if TYPE_CHECKING:
+    from gpulease.spec import Task
 
 
 def launch(
@@ -38,19 +41,11 @@ def launch(
     ] = False,
 ) -> None:
     """Launch a task: rent the best launchable plan, set it up and run it."""
-    from gpulease.spec import load_task_with_warnings
-
-    task, warnings = load_task_with_warnings(task_file)
-    for warning in warnings:
-        say(f"warning: {warning}")
-    workdir = resolve_workdir(task.workdir)
-    data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    if provider:
-        data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
+    task, said = load_for_launch(task_file, provider)
     api = client()
     with api:
-        view = api.launch(data, name=name, workdir=workdir, autostop_minutes=idle_minutes,
-                          down=down)  # fmt: skip
+        view = api.launch(task, name=name, autostop_minutes=idle_minutes, down=down)
+        say_new_warnings(view, said)
         say(_summary(view))
         if detach:
             say(f"follow it with: gpulease logs {view['name']} -f")
@@ -59,17 +54,22 @@ def launch(
     raise typer.Exit(code)
 
 
-def resolve_workdir(workdir: str | None) -> str | None:
-    """The task's workdir as an absolute path (relative ones are taken from the current
-    directory); it must exist."""
-    if workdir is None:
-        return None
-    path = Path(workdir).expanduser().resolve()
-    if not path.is_dir():
-        from gpulease.errors import UserInputError
+def load_for_launch(task_file: Path, providers: list[str] | None) -> tuple[Task, list[str]]:
+    """The task file, parsed here (errors name the field and the line), its warnings said, and
+    limited to ``--provider`` when given; returns the task and the warnings said."""
+    from gpulease.spec import load_task_with_warnings, with_providers
 
-        raise UserInputError(f"workdir: no such directory: {workdir}")
-    return str(path)
+    task, warnings = load_task_with_warnings(task_file)
+    for warning in warnings:
+        say(f"warning: {warning}")
+    return (with_providers(task, providers) if providers else task), warnings
+
+
+def say_new_warnings(view: dict[str, Any], said: list[str]) -> None:
+    """The server's warnings that were not said already."""
+    for warning in view.get("warnings", []):
+        if warning not in said:
+            say(f"warning: {warning}")
 
 
 def _summary(view: dict[str, Any]) -> str:

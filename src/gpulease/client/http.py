@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from gpulease.client.errors import ServerUnavailable, error_for
+from gpulease.client.tasks import PreparedTask, prepare_task
+
+if TYPE_CHECKING:
+    from gpulease.spec import Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +73,21 @@ class Client:
 
     def launch(
         self,
-        task: Mapping[str, Any],
+        task: Task | Mapping[str, Any],
         *,
         name: str | None = None,
         workdir: str | None = None,
         autostop_minutes: int | None = None,
         down: bool = False,
     ) -> dict[str, Any]:
-        body = {"task": dict(task), "name": name, "workdir": workdir,
+        """Launch ``task`` (a :class:`~gpulease.spec.Task`, or a mapping in either task format)
+        on a new cluster. Relative local paths (``workdir``, ``file_mounts`` sources) are taken
+        from the current directory. The view has ``warnings``: the fields read but not
+        honoured."""
+        prepared = prepare_task(task, workdir=workdir)
+        body = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
                 "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip
-        return self._json("POST", "/v1/clusters", json=body)
+        return _with_warnings(self._json("POST", "/v1/clusters", json=body), prepared)
 
     def clusters(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._json("GET", "/v1/clusters")["clusters"]
@@ -119,11 +128,17 @@ class Client:
     # ---- managed jobs -----------------------------------------------------------------------
 
     def job_launch(
-        self, task: Mapping[str, Any], *, name: str | None = None, workdir: str | None = None
+        self,
+        task: Task | Mapping[str, Any],
+        *,
+        name: str | None = None,
+        workdir: str | None = None,
     ) -> dict[str, Any]:
-        """Launch a managed job: it is recovered after preemptions and failures until it ends."""
-        body = {"task": dict(task), "name": name, "workdir": workdir}
-        return self._json("POST", "/v1/jobs", json=body)
+        """Launch a managed job: it is recovered after preemptions and failures until it ends.
+        ``task`` and local paths as in :meth:`launch`."""
+        prepared = prepare_task(task, workdir=workdir)
+        body = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
+        return _with_warnings(self._json("POST", "/v1/jobs", json=body), prepared)
 
     def jobs(self, *, all_jobs: bool = True) -> list[dict[str, Any]]:
         params = {"all": "true" if all_jobs else "false"}
@@ -187,6 +202,12 @@ class Client:
         if response.status_code >= 400:
             raise error_for(response.status_code, _message(response))
         return response
+
+
+def _with_warnings(view: dict[str, Any], prepared: PreparedTask) -> dict[str, Any]:
+    """The server's view with this side's parse warnings first (each said once)."""
+    said = [*prepared.warnings, *view.get("warnings", [])]
+    return {**view, "warnings": list(dict.fromkeys(said))}
 
 
 def _message(response: httpx.Response) -> str:

@@ -5,7 +5,7 @@ what the agents answer, and takes one idempotent step per claimed cluster.
 Modules (private unless re-exported here):
 
 - ``ports``        what the controller needs from agents (protocols; the server implements them)
-- ``document``     the launch document in ``clusters.task``: spec + ranked plans (failover list)
+- ``document``     the launch document in ``clusters.task``: run spec + ranked plans (failover list)
 - ``snapshot``     detached views of one cluster, its instances and agent reports
 - ``decide``       snapshot → actions, a pure function; rules in ``provisioning``, ``running``,
                    ``lifecycle`` and ``rules``
@@ -17,7 +17,7 @@ Modules (private unless re-exported here):
 - ``failpoints``   ``GPULEASE_FAILPOINT`` crash points for the crash tests
 
 See docs/controller.md. Imports providers, state (and the base modules), never the agent or the
-server.
+server; what crosses to the agents is :mod:`gpulease.wire`.
 """
 
 from gpulease.controller.actions import Action
@@ -27,11 +27,8 @@ from gpulease.controller.ports import (
     AgentConnector,
     AgentPort,
     AgentReport,
-    ExecResult,
     Liveness,
-    LogChunk,
     NodeRef,
-    NodeTask,
 )
 from gpulease.controller.reconciler import LoopSettings, Reconciler
 from gpulease.controller.rules import ReconcileConfig
@@ -44,14 +41,11 @@ __all__ = [
     "AgentPort",
     "AgentReport",
     "ClusterView",
-    "ExecResult",
     "IntentView",
     "LaunchDocument",
     "Liveness",
-    "LogChunk",
     "LoopSettings",
     "NodeRef",
-    "NodeTask",
     "NodeView",
     "ReconcileConfig",
     "Reconciler",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from gpulease.controller.ports import NodeTask
 from gpulease.state import ClusterStatus, IntentStatus, LaunchTarget, NodeState
+from gpulease.wire import NodeTask
 
 
 @dataclass(frozen=True, slots=True)

@@ -331,7 +331,6 @@ class Applier:
 def _launch(provider: Provider, view: IntentView, snap: Snapshot) -> list[Instance]:
     failpoints.hit("intent-committed")
     target = snap.cluster.target
-    resources = snap.cluster.document.spec.get("resources") or {}
     request = LaunchRequest(
         request_id=view.request_id,
         cluster=view.cluster_name,
@@ -343,7 +342,7 @@ def _launch(provider: Provider, view: IntentView, snap: Snapshot) -> list[Instan
         accelerator=target.accelerator,
         gpus_per_node=target.gpus_per_node,
         spot=view.pricing == "spot",
-        provider_config=dict(resources.get("provider_config") or {}),
+        provider_config=dict(snap.cluster.document.run.provider_config),
     )
     instances = provider.launch(request)
     failpoints.hit("provider-launched")

@@ -1,60 +1,61 @@
 """The launch document a cluster row carries in its ``task`` JSON column.
 
-``clusters.task`` holds ``{"version": 1, "spec": {...}, "plans": [...], "task_id": ...}``: the
-task spec as the user wrote it (normalised by :mod:`gpulease.spec`, which the controller does
-not import) and the ranked launch targets the optimizer chose. ``plans[0]`` is the first target;
-after ``k`` failovers (``len(failover_history)``) the cluster aims at ``plans[k]``, and the next
-failover takes ``plans[k + 1]`` — so the plan list needs no column of its own. ``task_id``
-(optional) is the agent task id every attempt cluster of a managed job shares
-(``GPULEASE_TASK_ID`` stays the same across recoveries); a plain cluster's is derived from its
-name and id. ``checkpoint``
-(optional) is the resolved checkpoint sync of a managed job: ``{"dir", "store", "sync_s"}``.
-Moves no states.
+``clusters.task`` holds ``{"version": 2, "spec": {...}, "run": {...}, "plans": [...], "task_id":
+..., "checkpoint": {...}}``: ``run`` is the typed :class:`~gpulease.wire.RunSpec` the server made
+from the task (what the nodes run, its workdir and file mounts, the per-provider settings) — the
+only part of the task the controller reads; ``spec`` is the normalised task as the user wrote it,
+kept for the server's views (the controller never reads it); ``plans`` are the ranked launch
+targets the optimizer chose. ``plans[0]`` is the first target; after ``k`` failovers
+(``len(failover_history)``) the cluster aims at ``plans[k]``, and the next failover takes
+``plans[k + 1]`` — so the plan list needs no column of its own. ``task_id`` (optional) is the
+agent task id every attempt cluster of a managed job shares (``GPULEASE_TASK_ID`` stays the same
+across recoveries); a plain cluster's is derived from its name and id. ``checkpoint`` (optional)
+is a managed job's resolved :class:`~gpulease.wire.CheckpointSync`. Version 1 documents are
+rewritten to version 2 by the state DB's migration 0003. Moves no states.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpulease.controller.ports import NodeTask
 from gpulease.state import LaunchTarget
+from gpulease.wire import CheckpointSync, NodeTask, RunSpec
 
-DOCUMENT_VERSION = 1
-NO_RUN = ":"  # the run script of a task without ``run`` (the cluster only provisions)
+DOCUMENT_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchDocument:
-    spec: Mapping[str, Any]
+    run: RunSpec
     plans: tuple[LaunchTarget, ...]
+    spec: Mapping[str, Any] = field(default_factory=dict)
     task_id: str | None = None
-    checkpoint: Mapping[str, Any] | None = None
+    checkpoint: CheckpointSync | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "version": DOCUMENT_VERSION,
             "spec": dict(self.spec),
+            "run": self.run.model_dump(mode="json"),
             "plans": [asdict(p) for p in self.plans],
         }
         if self.task_id:
             data["task_id"] = self.task_id
         if self.checkpoint:
-            data["checkpoint"] = dict(self.checkpoint)
+            data["checkpoint"] = self.checkpoint.model_dump(mode="json")
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchDocument:
-        """Read a document; a bare spec (no ``version``) is read as a spec without plans."""
-        if "version" not in data:
-            return cls(spec=dict(data), plans=())
-        plans = tuple(LaunchTarget(**p) for p in data.get("plans", []))
+        checkpoint = data.get("checkpoint")
         return cls(
+            run=RunSpec.model_validate(data.get("run") or {}),
+            plans=tuple(LaunchTarget(**p) for p in data.get("plans", [])),
             spec=dict(data.get("spec") or {}),
-            plans=plans,
             task_id=data.get("task_id") or None,
-            checkpoint=data.get("checkpoint") or None,
+            checkpoint=CheckpointSync.model_validate(checkpoint) if checkpoint else None,
         )
 
     def next_target(self, failovers: int) -> LaunchTarget | None:
@@ -81,26 +82,13 @@ def node_task(
     rank: int,
     node_ips: tuple[str, ...],
     gpus_per_node: int,
-    workdir: str | None,
 ) -> NodeTask:
     """What node ``rank`` runs."""
-    spec = doc.spec
-    envs = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
-    mounts = {str(k): str(v) for k, v in (spec.get("file_mounts") or {}).items()}
-    checkpoint = doc.checkpoint or {}
-    sync_s = checkpoint.get("sync_s")
-    return NodeTask(
+    return NodeTask.for_node(
+        doc.run,
         task_id=task_id,
-        run=spec.get("run") or NO_RUN,
-        setup=spec.get("setup") or None,
-        envs=envs,
-        workdir=workdir,
-        file_mounts=mounts,
-        node_rank=rank,
-        num_nodes=len(node_ips),
+        rank=rank,
         node_ips=node_ips,
         gpus_per_node=gpus_per_node,
-        checkpoint_dir=checkpoint.get("dir") or None,
-        checkpoint_store=checkpoint.get("store") or None,
-        checkpoint_sync_s=float(sync_s) if sync_s else None,
+        checkpoint=doc.checkpoint,
     )

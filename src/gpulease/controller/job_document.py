@@ -1,9 +1,11 @@
 """The launch document of a managed job (``jobs.task`` JSON) and the choice of an attempt's
 targets from it.
 
-``{"version": 1, "spec": {...}, "task_id": ..., "checkpoint": {...}, "spot": [targets],
-"on_demand": [targets], "policy": {...}}``: the normalised task spec, the agent task id every
-attempt shares, the resolved checkpoint sync, the ranked spot and on-demand launch targets the
+``{"version": 2, "spec": {...}, "run": {...}, "task_id": ..., "checkpoint": {...}, "spot":
+[targets], "on_demand": [targets], "policy": {...}}``: the normalised task spec (for the server's
+views; the controller never reads it), the typed :class:`~gpulease.wire.RunSpec` every attempt
+runs, the agent task id every attempt shares, the resolved
+:class:`~gpulease.wire.CheckpointSync`, the ranked spot and on-demand launch targets the
 optimizer found, and the job's policy settings (:class:`JobPolicy`: recovery strategy, restarts,
 zone cool-down, deadline, budget, expected run time, spot price limits).
 
@@ -20,8 +22,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpulease.state import LaunchTarget
+from gpulease.wire import CheckpointSync, RunSpec
 
-JOB_DOCUMENT_VERSION = 1
+JOB_DOCUMENT_VERSION = 2
 STRATEGIES = ("same_region", "next_region", "on_demand_fallback")
 
 
@@ -54,19 +57,21 @@ class JobPolicy:
 
 @dataclass(frozen=True, slots=True)
 class JobDocument:
-    spec: Mapping[str, Any]
+    run: RunSpec
     task_id: str
+    spec: Mapping[str, Any] = field(default_factory=dict)
     spot: tuple[LaunchTarget, ...] = ()
     on_demand: tuple[LaunchTarget, ...] = ()
     policy: JobPolicy = field(default_factory=JobPolicy)
-    checkpoint: Mapping[str, Any] | None = None
+    checkpoint: CheckpointSync | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": JOB_DOCUMENT_VERSION,
             "spec": dict(self.spec),
+            "run": self.run.model_dump(mode="json"),
             "task_id": self.task_id,
-            "checkpoint": dict(self.checkpoint) if self.checkpoint else None,
+            "checkpoint": self.checkpoint.model_dump(mode="json") if self.checkpoint else None,
             "spot": [asdict(t) for t in self.spot],
             "on_demand": [asdict(t) for t in self.on_demand],
             "policy": asdict(self.policy),
@@ -74,13 +79,15 @@ class JobDocument:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobDocument:
+        checkpoint = data.get("checkpoint")
         return cls(
-            spec=dict(data.get("spec") or {}),
+            run=RunSpec.model_validate(data.get("run") or {}),
             task_id=str(data["task_id"]),
+            spec=dict(data.get("spec") or {}),
             spot=tuple(LaunchTarget(**t) for t in data.get("spot") or []),
             on_demand=tuple(LaunchTarget(**t) for t in data.get("on_demand") or []),
             policy=JobPolicy.from_json(data.get("policy") or {}),
-            checkpoint=data.get("checkpoint") or None,
+            checkpoint=CheckpointSync.model_validate(checkpoint) if checkpoint else None,
         )
 
     def targets(self, pricing: str) -> tuple[LaunchTarget, ...]:

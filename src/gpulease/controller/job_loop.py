@@ -308,7 +308,7 @@ class JobReconciler:
             return self._set_job(snap, SetJob(JobStatus.FAILED, f"no {mode} offer", "no_offer"))
         attempt = job.attempt + 1
         doc = LaunchDocument(
-            spec=job.doc.spec, plans=tuple(targets), task_id=job.doc.task_id,
+            run=job.doc.run, plans=tuple(targets), spec=job.doc.spec, task_id=job.doc.task_id,
             checkpoint=job.doc.checkpoint,
         )  # fmt: skip
         with session_scope(self.engine) as session:
@@ -318,7 +318,6 @@ class JobReconciler:
             cluster, _intent = create_cluster(
                 session, name=attempt_name(job.name, job.id, attempt), target=targets[0],
                 task=doc.to_json(), owner=self.owner, actor=ACTOR, now=snap.now,
-                workdir=row.workdir,
             )  # fmt: skip
             cluster.job_id = row.id
             row.attempt, row.cluster_id, row.pricing = attempt, cluster.id, mode

@@ -2,17 +2,18 @@
 
 The controller may not import :mod:`gpulease.agent` (layering), so it names what it needs as
 protocols and plain data; the server implements them over the agent's HTTP client, tests with
-doubles. Owns :class:`NodeRef`, :class:`NodeTask`, :class:`AgentReport`, :class:`Liveness`,
-:class:`LogChunk`, :class:`ExecResult`, :class:`AgentPort` and :class:`AgentConnector`. Moves no
-states.
+doubles. Owns :class:`NodeRef`, :class:`AgentReport`, :class:`Liveness`, :class:`AgentPort` and
+:class:`AgentConnector`; what crosses to the agent (:class:`~gpulease.wire.NodeTask`, task states,
+log chunks, exec results) is the shared vocabulary of :mod:`gpulease.wire`. Moves no states.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
+
+from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
 
 
 class Liveness(enum.Enum):
@@ -34,53 +35,13 @@ class NodeRef:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeTask:
-    """The task as one node runs it (the server turns it into the agent's submission). The same
-    cluster always yields the same value, so a re-submission is a no-op on the agent."""
-
-    task_id: str
-    run: str
-    node_rank: int
-    num_nodes: int
-    node_ips: tuple[str, ...]
-    attempt: int = 0
-    setup: str | None = None
-    envs: Mapping[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    file_mounts: Mapping[str, str] = field(default_factory=dict)
-    gpus_per_node: int = 0
-    checkpoint_dir: str | None = None  # relative: inside the node's work directory
-    checkpoint_store: str | None = None  # local://PATH or s3://BUCKET/PREFIX the agent syncs to
-    checkpoint_sync_s: float | None = None  # seconds between background syncs
-
-
-@dataclass(frozen=True, slots=True)
 class AgentReport:
     """One poll of a node's agent: whether it answered and the state of our task on it
     (``task_state`` None: the node has no such task yet)."""
 
     liveness: Liveness
-    task_state: str | None = None
+    task_state: TaskState | None = None
     exit_code: int | None = None
-
-
-TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"})
-TASK_STARTED = TASK_TERMINAL | {"RUNNING"}
-
-
-@dataclass(frozen=True, slots=True)
-class LogChunk:
-    data: bytes
-    next_offset: int
-    complete: bool
-    state: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExecResult:
-    exit_code: int | None
-    output: str
-    timed_out: bool
 
 
 class AgentPort(Protocol):

@@ -29,11 +29,12 @@ from gpulease.controller.actions import (
     SubmitTask,
 )
 from gpulease.controller.document import node_task
-from gpulease.controller.ports import TASK_STARTED, TASK_TERMINAL, Liveness
+from gpulease.controller.ports import Liveness
 from gpulease.controller.rules import ReconcileConfig, active_nodes, node_ips, terminate_nodes
 from gpulease.controller.snapshot import NodeView, Snapshot
 from gpulease.state import ClusterStatus, NodeState
 from gpulease.state.machines import timeout_exit
+from gpulease.wire import STARTED, TERMINAL, TaskState
 
 
 def liveness(snap: Snapshot, config: ReconcileConfig) -> tuple[list[Action], str | None]:
@@ -77,8 +78,8 @@ def _heartbeat(snap: Snapshot, node: NodeView, config: ReconcileConfig) -> list[
     return missed
 
 
-def _task_states(snap: Snapshot, nodes: Sequence[NodeView]) -> list[str | None]:
-    states: list[str | None] = []
+def _task_states(snap: Snapshot, nodes: Sequence[NodeView]) -> list[TaskState | None]:
+    states: list[TaskState | None] = []
     for node in nodes:
         report = snap.agents.get(node.id)
         alive = report is not None and report.liveness is Liveness.ALIVE
@@ -96,7 +97,7 @@ def _finish(
     actions: list[Action] = []
     for node in nodes:
         report = snap.agents.get(node.id)
-        if report is None or report.task_state not in TASK_TERMINAL:
+        if report is None or report.task_state not in TERMINAL:
             if status is ClusterStatus.FAILED and report is not None and report.task_state:
                 actions.append(CancelTask(node.id))
             continue
@@ -106,17 +107,17 @@ def _finish(
 
 
 def _failure(
-    snap: Snapshot, nodes: Sequence[NodeView], states: list[str | None]
+    snap: Snapshot, nodes: Sequence[NodeView], states: list[TaskState | None]
 ) -> tuple[str, str] | None:
     """(why, kind) of the first task that ended badly: ``infra`` when any node's task was
     preempted (a notice, or exit 75 — "checkpoint taken, resume me"), else ``task``. A preempted
     node wins over a failed one: in a multi-node job the survivors fail when a peer goes."""
     found: list[tuple[str, str]] = []
     for node, state in zip(nodes, states, strict=True):
-        if state in TASK_TERMINAL and state != "SUCCEEDED":
+        if state in TERMINAL and state is not TaskState.SUCCEEDED:
             report = snap.agents[node.id]
             code = f" (exit code {report.exit_code})" if report.exit_code is not None else ""
-            kind = "infra" if state == "PREEMPTED" else "task"
+            kind = "infra" if state is TaskState.PREEMPTED else "task"
             found.append((f"the task on node {node.rank} ended {state}{code}", kind))
     found.sort(key=lambda f: f[1] != "infra")
     return found[0] if found else None
@@ -124,7 +125,7 @@ def _failure(
 
 def _checked(
     snap: Snapshot, config: ReconcileConfig
-) -> tuple[list[Action], Sequence[NodeView], list[str | None], list[Action] | None]:
+) -> tuple[list[Action], Sequence[NodeView], list[TaskState | None], list[Action] | None]:
     """(liveness actions, active nodes, their task states, and — when a node is dead or a task
     failed — the actions that fail the cluster, else None): the checks every running phase
     starts with."""
@@ -150,7 +151,7 @@ def setting_up(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
     actions, nodes, states, failing = _checked(snap, config)
     if failing is not None:
         return failing
-    if len(nodes) == snap.cluster.target.num_nodes and all(s in TASK_STARTED for s in states):
+    if len(nodes) == snap.cluster.target.num_nodes and all(s in STARTED for s in states):
         return [*actions, SetCluster(ClusterStatus.RUNNING, "the task runs on every node")]
     return actions + _submissions(snap, nodes)
 
@@ -171,7 +172,6 @@ def _submissions(snap: Snapshot, nodes: Sequence[NodeView]) -> list[Action]:
             rank=node.rank,
             node_ips=ips,
             gpus_per_node=cluster.target.gpus_per_node,
-            workdir=cluster.workdir,
         )
         actions.append(SubmitTask(node.id, task))
     return actions
@@ -181,7 +181,7 @@ def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
     actions, nodes, states, failing = _checked(snap, config)
     if failing is not None:
         return failing
-    if nodes and all(s == "SUCCEEDED" for s in states):
+    if nodes and all(s is TaskState.SUCCEEDED for s in states):
         why = "the task succeeded on every node"
         return [*actions, *_finish(snap, nodes, ClusterStatus.SUCCEEDED, why)]
     return actions

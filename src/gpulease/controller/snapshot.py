@@ -31,7 +31,6 @@ class ClusterView:
     target: LaunchTarget
     document: LaunchDocument
     failovers: int
-    workdir: str | None
     autostop_minutes: int | None
     autostop_down: bool
     last_activity_at: float | None
@@ -51,7 +50,6 @@ class ClusterView:
             target=current_target(row),
             document=LaunchDocument.from_json(row.task),
             failovers=len(row.failover_history),
-            workdir=row.workdir,
             autostop_minutes=row.autostop_minutes,
             autostop_down=row.autostop_down,
             last_activity_at=row.last_activity_at,

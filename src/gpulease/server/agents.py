@@ -11,17 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import SecretStr
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient, AgentRequestError, AgentUnavailable
-from gpulease.controller import AgentReport, ExecResult, Liveness, LogChunk, NodeRef, NodeTask
-from gpulease.controller.ports import TASK_TERMINAL
+from gpulease.controller import AgentReport, Liveness, NodeRef
 from gpulease.providers.base import Provider, SupportsNodeToken
 from gpulease.server.keys import derived_node_token
 from gpulease.state import hash_token
+from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
 
 log = logging.getLogger("gpulease.server")
 
@@ -41,29 +39,18 @@ class HttpAgent:
         brief = health.get("task") or {}
         if brief.get("task_id") != task_id:
             return AgentReport(Liveness.ALIVE)
-        state = str(brief.get("state"))
+        try:
+            state = TaskState(str(brief.get("state")))
+        except ValueError:
+            log.warning("agent reported an unknown task state %r", brief.get("state"))
+            return AgentReport(Liveness.UNKNOWN)
         exit_code = None
-        if state in TASK_TERMINAL:
+        if state.terminal:
             exit_code = self.client.status(task_id).get("exit_code")
         return AgentReport(Liveness.ALIVE, state, exit_code)
 
     def submit(self, task: NodeTask) -> None:
-        submission = TaskSubmission(
-            task_id=task.task_id,
-            attempt=task.attempt,
-            setup=task.setup,
-            run=task.run,
-            envs=dict(task.envs),
-            workdir=task.workdir,
-            file_mounts=dict(task.file_mounts),
-            node_rank=task.node_rank,
-            num_nodes=task.num_nodes,
-            node_ips=list(task.node_ips),
-            gpus_per_node=task.gpus_per_node,
-            checkpoint_dir=task.checkpoint_dir,
-            **_sync_fields(task),
-        )
-        self.client.submit(submission)
+        self.client.submit(task)
 
     def cancel(self, task_id: str) -> None:
         self.client.cancel(task_id)
@@ -76,13 +63,12 @@ class HttpAgent:
             chunk = self.client.logs(task_id, offset, limit)
         except AgentRequestError as exc:
             if exc.status == 404:  # the task is not there yet
-                return LogChunk(b"", offset, False, "PENDING")
+                return LogChunk(b"", offset, offset, False, TaskState.PENDING)
             raise
-        return LogChunk(chunk.data, chunk.next_offset, chunk.complete, chunk.state)
+        return chunk
 
     def exec(self, task_id: str, command: str, timeout_s: float) -> ExecResult:
-        out = self.client.exec(task_id, command, timeout_s)
-        return ExecResult(out.exit_code, out.output, out.timed_out)
+        return self.client.exec(task_id, command, timeout_s)
 
 
 class HttpAgents:
@@ -129,11 +115,3 @@ class HttpAgents:
             for agent in self._clients.values():
                 agent.client.close()
             self._clients.clear()
-
-
-def _sync_fields(task: NodeTask) -> dict[str, Any]:
-    """The checkpoint-sync fields of a submission, only when the task syncs (a submission
-    without them is byte-for-byte what agents before checkpoint sync accepted)."""
-    if not task.checkpoint_store:
-        return {}
-    return {"checkpoint_store": task.checkpoint_store, "checkpoint_sync_s": task.checkpoint_sync_s}

@@ -162,7 +162,7 @@ def _agent_routes(router: APIRouter, service: ClusterService) -> None:
         headers = {
             "X-Gpulease-Next-Offset": str(chunk.next_offset),
             "X-Gpulease-Log-Complete": "true" if chunk.complete else "false",
-            "X-Gpulease-Task-State": chunk.state,
+            "X-Gpulease-Task-State": chunk.state.value,
             "X-Gpulease-Cluster-Status": status.value,
         }
         return Response(chunk.data, media_type="application/octet-stream", headers=headers)
@@ -203,7 +203,7 @@ def _job_routes(router: APIRouter, jobs: JobService) -> None:
         headers = {
             "X-Gpulease-Next-Offset": str(chunk.next_offset),
             "X-Gpulease-Log-Complete": "true" if chunk.complete else "false",
-            "X-Gpulease-Task-State": chunk.state,
+            "X-Gpulease-Task-State": chunk.state.value,
             "X-Gpulease-Job-Status": view["status"],
             "X-Gpulease-Job-Attempt": str(view["attempt"]),
         }

@@ -16,12 +16,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from gpulease import config
-from gpulease.controller import LogChunk
 from gpulease.controller.job_document import JobDocument, JobPolicy
 from gpulease.controller.job_loop import JobReconciler, job_task_id
 from gpulease.errors import UserInputError
 from gpulease.server.planning import NoLaunchablePlan, expected_hours, launch_targets
 from gpulease.server.service import ClusterService, NotFound, check_name
+from gpulease.server.tasks import take_task
 from gpulease.spec import Task
 from gpulease.state import (
     Job,
@@ -34,6 +34,7 @@ from gpulease.state import (
     list_jobs,
     session_scope,
 )
+from gpulease.wire import CheckpointSync, LogChunk, TaskState
 
 ACTOR = "user"
 # Providers whose nodes see this server's home: local and sim run here; a Slurm cluster's
@@ -62,29 +63,27 @@ class JobService:
     def launch(
         self, task_data: Mapping[str, Any], *, name: str | None = None, workdir: str | None = None
     ) -> dict[str, Any]:
-        from gpulease.spec import task_from_dict
-
-        task = task_from_dict(task_data)
+        taken = take_task(task_data, workdir=workdir)
+        task = taken.task
         name = check_name(name or task.name or "job")
         spot, on_demand = self._targets(task)
-        spec = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         with session_scope(self.engine) as session:
             clock_name = self.loop.clock_name(frozenset(t.provider for t in (*spot, *on_demand)))
             now_job = self.loop.job_clock(clock_name).now()
             job = create_job(
                 session, name=name, task={}, owner=self.clusters.owner, actor=ACTOR,
                 now=self.clusters.clock.now(), clock=clock_name, started_at_job=now_job,
-                workdir=workdir or task.workdir,
             )  # fmt: skip
             task_id = job_task_id(name, job.id)
             doc = JobDocument(
-                spec=spec, task_id=task_id, spot=tuple(spot), on_demand=tuple(on_demand),
+                run=taken.run, task_id=task_id, spec=taken.spec, spot=tuple(spot),
+                on_demand=tuple(on_demand),
                 policy=self._policy(task), checkpoint=_checkpoint(task, task_id, spot + on_demand),
             )  # fmt: skip
             job.task = doc.to_json()
             view = job_view(session, job)
         self.wake()
-        return view
+        return {**view, "warnings": list(taken.warnings)}
 
     def _targets(self, task: Task) -> tuple[list[LaunchTarget], list[LaunchTarget]]:
         catalog = self.clusters.catalog()
@@ -171,12 +170,12 @@ class JobService:
             names = [c.name for c in clusters if c.name.endswith(f"-{job.id}-{wanted}")]
             view = job_view(session, job)
         if not names:
-            return LogChunk(b"", offset, False, "PENDING"), view
+            return LogChunk(b"", offset, offset, False, TaskState.PENDING), view
         chunk, _status = self.clusters.logs(names[0], offset=offset, wait_s=wait_s)
         return chunk, view
 
 
-def _checkpoint(task: Task, task_id: str, targets: list[LaunchTarget]) -> dict[str, Any] | None:
+def _checkpoint(task: Task, task_id: str, targets: list[LaunchTarget]) -> CheckpointSync | None:
     """The job's checkpoint sync: the task's ``checkpoint`` section, with a store under the
     server's home when every target's nodes see that home (local, sim, slurm) and none was
     given."""
@@ -191,11 +190,11 @@ def _checkpoint(task: Task, task_id: str, targets: list[LaunchTarget]) -> dict[s
             f"checkpoint.store: {store!r} is not local://PATH, an absolute path or s3://BUCKET/..."
         )
     sync_hours = section.sync_interval_hours if section else None
-    return {
-        "dir": section.dir if section else None,
-        "store": store,
-        "sync_s": sync_hours * 3600.0 if sync_hours else DEFAULT_SYNC_S,
-    }
+    return CheckpointSync(
+        dir=section.dir if section else None,
+        store=store,
+        sync_s=sync_hours * 3600.0 if sync_hours else DEFAULT_SYNC_S,
+    )
 
 
 def job_view(session: Session, job: Job, *, with_history: bool = False) -> dict[str, Any]:
@@ -219,7 +218,7 @@ def job_view(session: Session, job: Job, *, with_history: bool = False) -> dict[
         "cancel_requested": job.cancel_requested,
         "clock": job.clock,
         "task_id": doc.task_id if doc else None,
-        "checkpoint_store": (doc.checkpoint or {}).get("store") if doc else None,
+        "checkpoint_store": doc.checkpoint.store if doc and doc.checkpoint else None,
         "cost": _cost_report(job, doc),
         "blocked": list(job.blocked),
         "events": list(job.events),

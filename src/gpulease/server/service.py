@@ -20,12 +20,13 @@ from sqlalchemy import Engine
 
 from gpulease.catalog.runtime import catalog_for
 from gpulease.clock import Clock
-from gpulease.controller import ExecResult, LaunchDocument, LogChunk, NodeRef
+from gpulease.controller import LaunchDocument, NodeRef
 from gpulease.controller.document import cluster_task_id
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsSsh, SupportsStopStart
 from gpulease.server.planning import launch_targets
+from gpulease.server.tasks import take_task
 from gpulease.server.views import cluster_view
 from gpulease.state import (
     Cluster,
@@ -41,6 +42,7 @@ from gpulease.state import (
     session_scope,
     set_status,
 )
+from gpulease.wire import ExecResult, LogChunk, TaskState
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _C = ClusterStatus
@@ -103,21 +105,18 @@ class ClusterService:
         autostop_minutes: int | None = None,
         down: bool = False,
     ) -> dict[str, Any]:
-        from gpulease.spec import task_from_dict
-
-        task = task_from_dict(task_data)
-        name = check_name(name or task.name)
-        targets = launch_targets(task, self.catalog(), frozenset(self.providers))
-        spec = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-        doc = LaunchDocument(spec=spec, plans=tuple(targets))
+        taken = take_task(task_data, workdir=workdir)
+        name = check_name(name or taken.task.name)
+        targets = launch_targets(taken.task, self.catalog(), frozenset(self.providers))
+        doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
         try:
-            view = self._create(name, targets[0], doc, workdir=workdir or task.workdir,
-                                autostop_minutes=autostop_minutes, down=down)  # fmt: skip
+            view = self._create(name, targets[0], doc, autostop_minutes=autostop_minutes,
+                                down=down)  # fmt: skip
         except ClusterExists as exc:
             raise Conflict(f"{exc}: take it down first (gpulease down {name}) or pick another "
                            "--name") from None  # fmt: skip
         self.wake()
-        return view
+        return {**view, "warnings": list(taken.warnings)}
 
     def _create(
         self,
@@ -125,7 +124,6 @@ class ClusterService:
         target: LaunchTarget,
         doc: LaunchDocument,
         *,
-        workdir: str | None,
         autostop_minutes: int | None,
         down: bool,
     ) -> dict[str, Any]:
@@ -138,7 +136,6 @@ class ClusterService:
                 owner=self.owner,
                 actor=ACTOR,
                 now=self.clock.now(),
-                workdir=workdir,
                 autostop_minutes=autostop_minutes,
                 autostop_down=down,
             )
@@ -242,7 +239,7 @@ class ClusterService:
         while True:
             ref, task_id, status = self._node(name, rank)
             first = first or status
-            chunk = LogChunk(b"", offset, False, status.value.upper())
+            chunk = LogChunk(b"", offset, offset, False, TaskState.PENDING)
             if ref is not None:
                 with contextlib.suppress(GpuleaseError):  # unreachable now: the client asks again
                     chunk = self.agents.agent(ref).logs(task_id, offset, limit)

@@ -25,6 +25,8 @@ from gpulease.spec.loader import (
     parse_task,
     parse_task_with_warnings,
     task_from_dict,
+    task_from_dict_with_warnings,
+    with_providers,
 )
 from gpulease.spec.models import (
     AcceleratorRequest,
@@ -54,5 +56,7 @@ __all__ = [
     "parse_task",
     "parse_task_with_warnings",
     "task_from_dict",
+    "task_from_dict_with_warnings",
     "task_json_schema",
+    "with_providers",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -112,11 +112,27 @@ def load_task(path: str | os.PathLike[str]) -> Task:
     return task
 
 
+def task_from_dict_with_warnings(
+    data: Mapping[str, Any], source: str | None = None
+) -> tuple[Task, list[str]]:
+    """Build a task from already-parsed data (the same forms as the YAML; no line numbers);
+    return it and one line per field read but not honoured."""
+    return _task_from_document(Document(data, {}, source))
+
+
 def task_from_dict(data: Mapping[str, Any], source: str | None = None) -> Task:
     """Build a task from already-parsed data (the same forms as the YAML; no line numbers)."""
-    task, messages = _task_from_document(Document(data, {}, source))
+    task, messages = task_from_dict_with_warnings(data, source)
     _emit(messages)
     return task
+
+
+def with_providers(task: Task, providers: Sequence[str]) -> Task:
+    """``task`` limited to ``providers`` (they replace ``resources.providers``), validated again
+    (``--provider`` on the command line)."""
+    data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    data.setdefault("resources", {})["providers"] = [p.lower() for p in providers]
+    return _task_from_document(Document(data, {}, None))[0]
 
 
 def dump_task(task: Task) -> str:

@@ -30,7 +30,6 @@ def create_job(
     now: float,
     clock: str = "system",
     started_at_job: float | None = None,
-    workdir: str | None = None,
 ) -> Job:
     """Write a PENDING job (its launch document in ``task``) and its creation history row."""
     job = Job(
@@ -39,7 +38,6 @@ def create_job(
         status=JobStatus.PENDING,
         status_changed_at=now,
         task=dict(task),
-        workdir=workdir,
         clock=clock,
         attempt=0,
         cluster_id=None,

@@ -95,8 +95,7 @@ class Cluster(Base):
     num_nodes: Mapped[int] = mapped_column(Integer)
     pricing: Mapped[str] = mapped_column(String(16))  # on_demand | spot | reserved
     price_per_hour: Mapped[float | None]  # quoted, whole cluster
-    task: Mapped[dict[str, Any]]  # the task spec as JSON
-    workdir: Mapped[str | None] = mapped_column(Text)
+    task: Mapped[dict[str, Any]]  # the launch document (controller.document) as JSON
     autostop_minutes: Mapped[int | None] = mapped_column(Integer)
     autostop_down: Mapped[bool] = mapped_column(Boolean)
     last_activity_at: Mapped[float | None]
@@ -214,8 +213,7 @@ class Job(Base):
     owner: Mapped[str] = mapped_column(String(64), index=True)
     status: Mapped[JobStatus] = mapped_column(StatusType(JobStatus), index=True)
     status_changed_at: Mapped[float]
-    task: Mapped[dict[str, Any]]  # {"version", "spec", "spot": [targets], "on_demand": [...]}
-    workdir: Mapped[str | None] = mapped_column(Text)
+    task: Mapped[dict[str, Any]]  # the job document (controller.job_document) as JSON
     clock: Mapped[str] = mapped_column(String(64))  # "system" or the provider whose clock rules
     attempt: Mapped[int] = mapped_column(Integer)  # attempt clusters created so far
     cluster_id: Mapped[int | None] = mapped_column(Integer)  # the current attempt's cluster

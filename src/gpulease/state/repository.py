@@ -112,7 +112,6 @@ def create_cluster(
     actor: str,
     now: float,
     request_id: str | None = None,
-    workdir: str | None = None,
     autostop_minutes: int | None = None,
     autostop_down: bool = False,
 ) -> tuple[Cluster, LaunchIntent]:
@@ -125,7 +124,6 @@ def create_cluster(
         status=ClusterStatus.PENDING,
         status_changed_at=now,
         task=dict(task),
-        workdir=workdir,
         autostop_minutes=autostop_minutes,
         autostop_down=autostop_down,
         last_activity_at=now,

@@ -15,7 +15,9 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-EXIT_PREEMPTED = 75
+from gpulease.wire import PREEMPTED_EXIT_CODE
+
+EXIT_PREEMPTED = PREEMPTED_EXIT_CODE  # "preempted, checkpoint taken, resume me" (gpulease.wire)
 PREEMPTION_FILE_ENV = "GPULEASE_PREEMPTION_FILE"
 
 _state: dict[str, bool] = {"notified": False}

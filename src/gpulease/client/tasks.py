@@ -1,0 +1,64 @@
+"""A task on its way to the server: taken as a :class:`~gpulease.spec.Task` or a mapping (either
+format), its local paths made absolute against the caller's working directory — the server does
+not share it — and dumped once into the request body.
+
+Owns :func:`prepare_task` and :func:`resolve_workdir`. Moves no states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpulease.errors import UserInputError
+
+if TYPE_CHECKING:
+    from gpulease.spec import Task
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTask:
+    """The request body's ``task`` and ``workdir``, and the warnings parsing gave here."""
+
+    body: dict[str, Any]
+    workdir: str | None
+    warnings: tuple[str, ...]
+
+
+def prepare_task(
+    task: Task | Mapping[str, Any], *, workdir: str | None = None, cwd: Path | None = None
+) -> PreparedTask:
+    """Parse a mapping (a ``Task`` is used as is), resolve ``workdir`` (``workdir`` given here
+    wins over the task's) and the local sources of ``file_mounts`` against ``cwd`` (default:
+    the current directory), and dump the task once."""
+    from gpulease.spec import Task, task_from_dict_with_warnings  # lazy: `status` needs no spec
+
+    warnings: list[str] = []
+    if not isinstance(task, Task):
+        task, warnings = task_from_dict_with_warnings(task)
+    base = cwd or Path.cwd()
+    resolved = resolve_workdir(workdir or task.workdir, base)
+    mounts = {remote: _absolute(local, base) for remote, local in task.file_mounts.items()}
+    task = task.model_copy(update={"workdir": resolved, "file_mounts": mounts})
+    body = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    return PreparedTask(body, resolved, tuple(warnings))
+
+
+def resolve_workdir(workdir: str | None, cwd: Path | None = None) -> str | None:
+    """The task's workdir as an absolute path (a relative one is taken from ``cwd``, default the
+    current directory); it must be a directory."""
+    if workdir is None:
+        return None
+    path = Path(_absolute(workdir, cwd or Path.cwd()))
+    if not path.is_dir():
+        raise UserInputError(f"workdir: no such directory: {workdir}")
+    return str(path)
+
+
+def _absolute(path: str, base: Path) -> str:
+    """``path`` made absolute against ``base``; URLs (``s3://…``) are left as they are."""
+    if "://" in path:
+        return path
+    return str((base / Path(path).expanduser()).resolve())

@@ -1,0 +1,66 @@
+"""A task as the server takes it: parsed once from the request body, with the spec's warnings,
+and turned into what the controller stores — the typed :class:`~gpulease.wire.RunSpec` and the
+display copy of the spec.
+
+The client sends the task dumped once (``Task`` → JSON) with ``workdir`` and the local sources of
+``file_mounts`` already absolute on this machine; the server parses it here, once, and nothing
+below the server reads the spec by string keys. Moves no states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpulease.errors import UserInputError
+from gpulease.spec import Task, task_from_dict_with_warnings
+from gpulease.wire import RunSpec
+
+
+@dataclass(frozen=True, slots=True)
+class TakenTask:
+    """A request's task: the model, the warnings its parse gave, and its run part."""
+
+    task: Task
+    warnings: tuple[str, ...]
+    run: RunSpec
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The normalised task as the user wrote it (what views show)."""
+        return self.task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
+def take_task(data: Mapping[str, Any], *, workdir: str | None = None) -> TakenTask:
+    """Parse the request's task once; ``workdir`` (an absolute path the client resolved) wins
+    over the task's own."""
+    task, warnings = task_from_dict_with_warnings(data)
+    return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir))
+
+
+def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
+    """What the nodes run; local paths must be absolute (the client resolves relative ones
+    against its own working directory, which the server does not share)."""
+    chosen = workdir or task.workdir
+    if chosen is not None:
+        _require_absolute(chosen, "workdir")
+    for remote, local in task.file_mounts.items():
+        _require_absolute(local, f"file_mounts.{remote}")
+    return RunSpec(
+        run=task.run,
+        setup=task.setup,
+        envs={str(k): str(v) for k, v in task.envs.items()},
+        workdir=chosen,
+        file_mounts=dict(task.file_mounts),
+        provider_config=dict(task.resources.provider_config),
+    )
+
+
+def _require_absolute(path: str, field: str) -> None:
+    if not Path(path).expanduser().is_absolute():
+        raise UserInputError(
+            f"{field}: {path!r} is relative; the client resolves local paths before sending "
+            "(Client.launch does), so send an absolute path"
+        )

@@ -1,0 +1,223 @@
+"""The vocabulary the server and the node agents share — one base module both may import.
+
+Owns what crosses the boundary between the controller (server side) and the agent (node side),
+and what user code and the agent agree on:
+
+- :class:`RunSpec` — what a task runs (``run``, ``setup``, ``envs``, ``workdir``,
+  ``file_mounts``, ``provider_config``): typed once by the server from the task spec and carried
+  in the launch and job documents, so nothing below the server reads the spec by string keys;
+- :class:`NodeTask` — the task as one node runs it: the body of ``POST /v1/tasks`` on the agent,
+  built by the controller and validated by the agent, the same model on both sides;
+- :class:`TaskState` and its :data:`TERMINAL` / :data:`STARTED` sets — a node task's states (the
+  agent's transition table is :data:`gpulease.agent.state.TRANSITIONS`);
+- :data:`PREEMPTED_EXIT_CODE` (75) — "preempted, checkpoint taken, resume me";
+- :class:`LogChunk` and :class:`ExecResult` — a piece of a task's output, a command's result.
+
+Pure data; moves no states. The path from a task file to a node process is described in
+``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PREEMPTED_EXIT_CODE = 75  # "preempted, checkpoint taken, resume me" (gpulease.train exits so)
+NO_RUN = ":"  # the run script of a task without ``run`` (the cluster only provisions)
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_SYNC_S = 7 * 24 * 3600.0  # a week; anything longer is a typo
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class TaskState(enum.StrEnum):
+    """A node task's state, as the agent reports it."""
+
+    PENDING = "PENDING"
+    SETTING_UP = "SETTING_UP"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.PREEMPTED, TaskState.CANCELLED}
+)
+STARTED = TERMINAL | {TaskState.RUNNING}  # the task got past its setup (or ended)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
+class RunSpec(_Frozen):
+    """What a task runs, wherever it runs: the part of a task spec below the server.
+
+    ``workdir`` is an absolute path on the server's machine (resolved by the client), or None;
+    ``file_mounts`` maps a path on the node to a local path; ``provider_config`` is the task's
+    per-provider settings (``{provider: {...}}``)."""
+
+    run: str | None = None
+    setup: str | None = None
+    envs: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    file_mounts: dict[str, str] = Field(default_factory=dict)
+    provider_config: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckpointSync(_Frozen):
+    """A managed job's resolved checkpoint sync: where on the node (``dir``, relative: inside
+    the work dir), the store it syncs with (``local://…``, ``s3://…``) and how often."""
+
+    dir: str | None = None
+    store: str | None = None
+    sync_s: float | None = None
+
+
+class NodeTask(_Frozen):
+    """One task for one node. ``(task_id, attempt)`` is the idempotency key: the same pair never
+    runs twice; a higher ``attempt`` of a finished task runs it again (a recovery on the same
+    node), with the same ``GPULEASE_TASK_ID``. The same cluster always yields the same value, so
+    a re-submission is a no-op on the agent."""
+
+    task_id: str = Field(pattern=TASK_ID_PATTERN)
+    attempt: int = Field(default=0, ge=0)
+    setup: str | None = None
+    run: str
+    envs: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None  # a path on the node: copied into the node's work dir
+    file_mounts: dict[str, str] = Field(default_factory=dict)  # node path -> path on the node
+    node_rank: int = Field(default=0, ge=0)
+    num_nodes: int = Field(default=1, ge=1)
+    node_ips: tuple[str, ...] = ("127.0.0.1",)
+    gpus_per_node: int = Field(default=0, ge=0)
+    master_port: int | None = Field(default=None, ge=1, le=65535)
+    checkpoint_dir: str | None = None  # default: checkpoints/ in the work dir; relative: under it
+    # where checkpoints are restored from and synced to (local://PATH, /abs/path, s3://BUCKET/P);
+    # checked when the task starts: one that names no store fails the task (agent.ckpt_sync)
+    checkpoint_store: str | None = Field(default=None, max_length=4096)
+    # seconds between background syncs to checkpoint_store (None: the agent's default, 300)
+    checkpoint_sync_s: float | None = Field(
+        default=None, gt=0.0, le=MAX_SYNC_S, allow_inf_nan=False
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodeTask:
+        if self.node_rank >= self.num_nodes:
+            raise ValueError("node_rank must be below num_nodes")
+        if len(self.node_ips) != self.num_nodes:
+            raise ValueError("node_ips must list one address per node")
+        bad = [name for name in self.envs if not _ENV_NAME.match(name)]
+        if bad:
+            raise ValueError(f"not valid environment variable names: {sorted(bad)}")
+        for remote in self.file_mounts:
+            if ".." in remote.replace("\\", "/").split("/"):
+                raise ValueError(f"file_mounts: {remote!r} may not contain '..'")
+        return self
+
+    @classmethod
+    def for_node(
+        cls,
+        run: RunSpec,
+        *,
+        task_id: str,
+        rank: int,
+        node_ips: tuple[str, ...],
+        gpus_per_node: int,
+        checkpoint: CheckpointSync | None = None,
+    ) -> NodeTask:
+        """What node ``rank`` of a cluster running ``run`` runs."""
+        ckpt = checkpoint or CheckpointSync()
+        return cls(
+            task_id=task_id,
+            run=run.run or NO_RUN,
+            setup=run.setup or None,
+            envs=dict(run.envs),
+            workdir=run.workdir,
+            file_mounts=dict(run.file_mounts),
+            node_rank=rank,
+            num_nodes=len(node_ips),
+            node_ips=node_ips,
+            gpus_per_node=gpus_per_node,
+            checkpoint_dir=ckpt.dir,
+            checkpoint_store=ckpt.store,
+            checkpoint_sync_s=ckpt.sync_s if ckpt.store else None,
+        )
+
+    def digest(self) -> str:
+        """A fingerprint of the whole task: a repeat with another body is a conflict."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def effective_master_port(self) -> int:
+        """``master_port``, or one derived from the task id so every node agrees without asking
+        and two local clusters rarely collide (29500-39499)."""
+        if self.master_port is not None:
+            return self.master_port
+        return 29500 + int(hashlib.sha256(self.task_id.encode()).hexdigest(), 16) % 10000
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body the agent accepts (the checkpoint-sync fields only when the task
+        syncs, so a body without them is what agents before checkpoint sync accepted)."""
+        exclude = None if self.checkpoint_store else {"checkpoint_store", "checkpoint_sync_s"}
+        return self.model_dump(mode="json", exclude=exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Bytes ``[offset, next_offset)`` of a task's output on one node; ``size`` is the log's
+    size when read (None where unknown); ``complete``: the task ended and every byte up to
+    ``next_offset`` was handed out."""
+
+    data: bytes
+    offset: int
+    next_offset: int
+    complete: bool
+    state: TaskState
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """A command run on a node with the task's environment (``exit_code`` None: killed at its
+    timeout)."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    truncated: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExecResult:
+        return cls(
+            exit_code=data.get("exit_code"),
+            output=str(data.get("output", "")),
+            timed_out=bool(data.get("timed_out")),
+            truncated=bool(data.get("truncated")),
+        )
+
+
+__all__ = [
+    "MAX_SYNC_S",
+    "NO_RUN",
+    "PREEMPTED_EXIT_CODE",
+    "STARTED",
+    "TASK_ID_PATTERN",
+    "TERMINAL",
+    "CheckpointSync",
+    "ExecResult",
+    "LogChunk",
+    "NodeTask",
+    "RunSpec",
+    "TaskState",
+]
