@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
 IMDS_SCRIPT = Path(__file__).with_name("awsvm_imds.py")
@@ -295,6 +297,7 @@ class VmCloud:
         data = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         encoded = (data.get("UserData") or {}).get("Value") or ""
         (folder / "etc" / "user-data").write_bytes(base64.b64decode(encoded))
+        shutil.copy(IMDS_SCRIPT, folder / "etc" / "imds.py")
         (folder / "init.sh").write_text(self._init_script(folder, instance_id))
 
     def _init_script(self, folder: Path, instance_id: str) -> str:
@@ -308,6 +311,9 @@ class VmCloud:
                 inner.mkdir(parents=True, exist_ok=True)
                 lines.append(f"mount --bind {q(str(base))} {q(str(inner))}")
         lines.append(f"mount --rbind {q(str(folder / 'home'))} {q(str(real_home))}")
+        lines += self._hide(folder, ROOT, keep=Path(sys.prefix).resolve())
+        if self.key_dir is not None:
+            lines += self._hide(folder, self.key_dir.parent.resolve(), keep=None)
         empty = folder / "empty"
         empty.mkdir(exist_ok=True)
         for k, site in enumerate(self.image.base_sites):
@@ -315,7 +321,8 @@ class VmCloud:
             lines.append(f"mount --bind {q(str(source))} {q(site)}")
         lines += [
             "mkdir -p /run/sshd",
-            f"{q(sys.executable)} {q(str(IMDS_SCRIPT))} {q(str(folder / 'imds'))} {q(instance_id)}"
+            f"{q(sys.executable)} {q(str(folder / 'etc' / 'imds.py'))} {q(str(folder / 'imds'))} "
+            f"{q(instance_id)}"
             " >>/var/log/imds.log 2>&1 &",
             f"{SSHD} -D -e -f {q(str(folder / 'etc' / 'sshd_config'))} >>/var/log/sshd.log 2>&1 &",
             "cd / && HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
@@ -324,6 +331,26 @@ class VmCloud:
             "wait",
         ]
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _hide(folder: Path, path: Path, keep: Path | None) -> list[str]:
+        """Mount lines that hide ``path`` (the repository, the server's home: a VM must not
+        see the client's files) except ``keep`` inside it (the test venv: the image's
+        packages live there)."""
+        q = shlex.quote
+        blank = folder / "hidden" / path.as_posix().strip("/").replace("/", "_")
+        blank.mkdir(parents=True, exist_ok=True)
+        lines = []
+        if keep is not None and keep.is_relative_to(path):
+            held = folder / "held" / blank.name
+            held.mkdir(parents=True, exist_ok=True)
+            (blank / keep.relative_to(path)).mkdir(parents=True, exist_ok=True)
+            lines.append(f"mount --bind {q(str(keep))} {q(str(held))}")
+            lines.append(f"mount --bind {q(str(blank))} {q(str(path))}")
+            lines.append(f"mount --bind {q(str(held))} {q(str(keep))}")
+        else:
+            lines.append(f"mount --bind {q(str(blank))} {q(str(path))}")
+        return lines
 
     def kill(self, instance_id: str) -> None:
         with self._lock:
@@ -373,3 +400,91 @@ def vm_cloud(folder: Path, image: Image) -> Iterator[VmCloud]:
         yield cloud
     finally:
         cloud.down()
+
+
+# ---- pytest fixtures (import them where used: ``from tests.awsvm import aws_vms, …``) ------------
+
+
+@pytest.fixture(scope="session")
+def vm_image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+    """The VMs' image, once per session: the ML stack without gpulease, and a wheelhouse
+    holding the server's own wheel (what ``install: pypi`` finds there as the published
+    version)."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    pytest.importorskip("moto.server")
+    from gpulease.providers.wheel import own_wheel
+
+    folder = tmp_path_factory.mktemp("awsvm-image")
+    return Image.build(folder, [own_wheel(folder / "wheels").path])
+
+
+@pytest.fixture(scope="session")
+def vm_network(tmp_path_factory: pytest.TempPathFactory, vm_image: Image) -> Iterator[VmCloud]:
+    with vm_cloud(tmp_path_factory.mktemp("awsvm"), vm_image) as cloud:
+        yield cloud
+
+
+@pytest.fixture(scope="session")
+def vm_moto(vm_network: VmCloud) -> Iterator[str]:
+    """A moto server on the bridge's address, in this process (the test reaches its backend to
+    interrupt spot instances); the server and the VMs both reach it."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address=vm_network.gateway, port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@dataclass
+class AwsVms:
+    """What an end-to-end test gets: the VM cloud, moto's endpoint, a boto3 EC2 client on it."""
+
+    cloud: VmCloud
+    endpoint: str
+    ec2: Any
+
+
+def vm_config(cloud: VmCloud, extra: str = "") -> str:
+    """``providers.aws`` for the harness: the address map, root logins, the image's Python; moto
+    has no placement groups (tests/providers/test_aws_placement.py models them)."""
+    return (
+        "providers:\n  aws:\n    regions: [us-east-1]\n    ssh_user: root\n"
+        f"    address_map: {cloud.address_map}\n    python: {cloud.image.python}\n"
+        f"    placement_group: false\n{extra}"
+    )
+
+
+@pytest.fixture
+def aws_vms(
+    vm_network: VmCloud, vm_moto: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[AwsVms]:
+    """Fresh moto state, boto3 pointed at it through the environment (the CLI's server inherits
+    it), and VMs booted for the instances of keys under ``$GPULEASE_HOME/aws`` (set by the
+    test's ``cli`` fixture: ``tmp_path/home``); every VM killed at the end."""
+    from tests.awsfixtures import aws_client, fresh_default_session, reset_moto
+
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (
+        ("AWS_ENDPOINT_URL", vm_moto), ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config")),
+        ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials")),
+    ):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    fresh_default_session(monkeypatch)
+    reset_moto(vm_moto)
+    ec2 = aws_client("ec2", vm_moto)
+    vm_network.watch(ec2, tmp_path / "home" / "aws", aws_endpoint=vm_moto)
+    try:
+        yield AwsVms(vm_network, vm_moto, ec2)
+    finally:
+        vm_network.stop_watching()
