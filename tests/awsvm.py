@@ -162,6 +162,7 @@ class VmCloud:
         folder.mkdir(parents=True, exist_ok=True)
         self.address_map = folder / "address-map.json"
         self.vms: dict[str, Vm] = {}
+        self.booted: list[Vm] = []  # every VM so far, killed ones too (their files stay)
         self.boot_seconds: list[float] = []
         self._count = 0
         self._lock = threading.Lock()
@@ -266,6 +267,7 @@ class VmCloud:
         vm = Vm(instance_id, ns, address, folder, init)
         with self._lock:
             self.vms[instance_id] = vm
+            self.booted.append(vm)
         self._write_map()
         return vm
 
@@ -386,6 +388,18 @@ class VmCloud:
         body = json.dumps({"action": action, "time": when})
         (self.vms[instance_id].folder / "imds" / "instance-action.json").write_text(body)
 
+    def report(self, lines: int = 15) -> str:
+        """The tail of every VM's logs (printed by the fixture: pytest shows it on failure)."""
+        out = [f"harness errors: {self.errors}"] if self.errors else []
+        for vm in self.booted:
+            out.append(f"== VM {vm.instance_id} at {vm.address} ({vm.folder})")
+            for name in ("cloud-init-output.log", "gpulease-bootstrap.log", "gpulease-agent.log"):
+                path = vm.log / name
+                if path.exists():
+                    tail = path.read_text(errors="replace").splitlines()[-lines:]
+                    out += [f"-- {name}", *tail]
+        return "\n".join(out)
+
     def namespaces(self) -> list[str]:
         """This cloud's namespaces that exist now."""
         listed = _run("ip", "netns", "list").split()
@@ -432,8 +446,11 @@ def vm_network(tmp_path_factory: pytest.TempPathFactory, vm_image: Image) -> Ite
 def vm_moto(vm_network: VmCloud) -> Iterator[str]:
     """A moto server on the bridge's address, in this process (the test reaches its backend to
     interrupt spot instances); the server and the VMs both reach it."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = ThreadedMotoServer(ip_address=vm_network.gateway, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -484,7 +501,11 @@ def aws_vms(
     reset_moto(vm_moto)
     ec2 = aws_client("ec2", vm_moto)
     vm_network.watch(ec2, tmp_path / "home" / "aws", aws_endpoint=vm_moto)
+    first = len(vm_network.booted)
     try:
         yield AwsVms(vm_network, vm_moto, ec2)
     finally:
         vm_network.stop_watching()
+        mine, vm_network.booted = vm_network.booted[first:], vm_network.booted[first:]
+        print(vm_network.report())
+        vm_network.booted = mine

@@ -15,7 +15,7 @@ import pytest
 from gpulease.providers.wheel import own_version
 from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
 from tests.cli.conftest import Cli
-from tests.server.conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("awsvm")]
 
