@@ -10,13 +10,18 @@ stopping or stopped (or it vanished: a moto reset), the VM is killed. A VM is:
   bridge whose root-namespace address is ``.254``; VMs reach each other and the server reaches
   them, nothing else. The address is written to the address map (``providers.aws.address_map``:
   instance id → address) so the server uses it, never moto's invented public addresses;
-- one long-lived init process, ``ip netns exec NS unshare --mount --propagation private``, in
-  whose private mount namespace ``/opt``, ``/var/log`` and root's home are per-VM directories
+- one long-lived init process, ``ip netns exec NS unshare --mount --uts --propagation
+  private``, with EC2's host name for its address (``ip-10-232-…``, in its own ``/etc/hosts``:
+  each VM resolves its own name to its address, as VPC DNS does), in whose private mount
+  namespace ``/opt``, ``/var/log`` and root's home are per-VM directories
   (VMs share no files), root's ``authorized_keys`` holds the key pair's public key (derived from
   the ``.pem`` the provider wrote), ``~/.config/pip/pip.conf`` points pip at the session's
   wheelhouse (``no-index``: namespaces reach no registry) and, when the cloud has an endpoint
   for them, ``~/.aws/{config,credentials}`` point boto3 at the same moto (what an instance
   profile gives a real VM);
+- the client's files out of sight: the repository (all but its ``.venv``, which holds the
+  image's packages) and the server's gpulease home are hidden under empty directories, so a
+  task's workdir reaches a VM only the way it reaches a cloud VM (through the agent);
 - the "image": the base interpreter's site-packages is replaced by a directory of links to the
   test venv's packages — torch, scikit-learn, gpulease's dependencies — *except* gpulease (its
   dist-info, the editable finder and every ``.pth`` left out), as a Deep Learning AMI comes
@@ -55,6 +60,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
 IMDS_SCRIPT = Path(__file__).with_name("awsvm_imds.py")
+VM_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+          "HOME": "/root", "LANG": "C.UTF-8"}  # fmt: skip
 _DOWN = {"shutting-down", "terminated", "stopping", "stopped"}
 
 
@@ -84,6 +91,11 @@ def _free_subnet() -> ipaddress.IPv4Network:
         if not any(net.overlaps(u) for u in used):
             return net
     raise RuntimeError("no free 10.232.x.0/24 here")
+
+
+def _hostname(address: str) -> str:
+    """EC2's default host name for a private address (``ip-10-0-0-1``)."""
+    return "ip-" + address.replace(".", "-")
 
 
 def _base_site_packages() -> list[str]:
@@ -260,9 +272,10 @@ class VmCloud:
         _run(*inside, "addr", "add", "169.254.169.254/32", "dev", "lo")
         console = (folder / "console.log").open("ab")
         init = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
+            ["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
              "bash", str(folder / "init.sh")],
             stdin=subprocess.DEVNULL, stdout=console, stderr=console, start_new_session=True,
+            env=VM_ENV,  # a VM does not inherit this machine's environment (PIP_*, AWS_*, …)
         )  # fmt: skip
         vm = Vm(instance_id, ns, address, folder, init)
         with self._lock:
@@ -300,11 +313,16 @@ class VmCloud:
         encoded = (data.get("UserData") or {}).get("Value") or ""
         (folder / "etc" / "user-data").write_bytes(base64.b64decode(encoded))
         shutil.copy(IMDS_SCRIPT, folder / "etc" / "imds.py")
-        (folder / "init.sh").write_text(self._init_script(folder, instance_id))
+        (folder / "etc" / "hosts").write_text(
+            f"127.0.0.1 localhost\n{address} {_hostname(address)}\n"
+        )
+        (folder / "init.sh").write_text(self._init_script(folder, instance_id, address))
 
-    def _init_script(self, folder: Path, instance_id: str) -> str:
+    def _init_script(self, folder: Path, instance_id: str, address: str) -> str:
         q = shlex.quote
-        lines = ["set -eu", f"mount --bind {q(str(folder / 'opt'))} /opt",
+        lines = ["set -eu", f"hostname {_hostname(address)}",
+                 f"mount --bind {q(str(folder / 'etc' / 'hosts'))} /etc/hosts",
+                 f"mount --bind {q(str(folder / 'opt'))} /opt",
                  f"mount --bind {q(str(folder / 'log'))} /var/log"]  # fmt: skip
         real_home = Path.home()
         for base in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
@@ -327,7 +345,7 @@ class VmCloud:
             f"{q(instance_id)}"
             " >>/var/log/imds.log 2>&1 &",
             f"{SSHD} -D -e -f {q(str(folder / 'etc' / 'sshd_config'))} >>/var/log/sshd.log 2>&1 &",
-            "cd / && HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+            "cd / && "
             f"bash {q(str(folder / 'etc' / 'user-data'))} >>/var/log/cloud-init-output.log 2>&1"
             " || echo user-data failed: $? >>/var/log/cloud-init-output.log",
             "wait",

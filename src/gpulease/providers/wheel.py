@@ -19,6 +19,7 @@ import base64
 import functools
 import hashlib
 import os
+import threading
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -30,6 +31,7 @@ from gpulease.providers.base import ProviderError
 DIST = "gpulease"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _SKIP_SUFFIXES = (".pyc", ".pyo")
+_BUILD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +110,27 @@ def own_version() -> str:
 
 
 def own_wheel(cache_dir: Path) -> Wheel:
-    """The wheel of the running gpulease, built into ``cache_dir`` unless already there."""
+    """The wheel of the running gpulease, built into ``cache_dir`` unless already there (one
+    build at a time in this process; another process's build is atomic too)."""
     version, files, meta, entry_points = _content()
     path = cache_dir / f"{DIST}-{version}-py3-none-any.whl"
-    if path.exists():
-        return Wheel(path, version)
+    with _BUILD_LOCK:
+        if not path.exists():
+            _write(path, version, files, meta, entry_points)
+    return Wheel(path, version)
+
+
+def _write(
+    path: Path, version: str, files: list[tuple[str, bytes]], meta: str, entry_points: str
+) -> None:
     info = f"{DIST}-{version}.dist-info"
     wheel = "Wheel-Version: 1.0\nGenerator: gpulease\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     members = [*files, (f"{info}/METADATA", meta.encode()), (f"{info}/WHEEL", wheel.encode())]
     if entry_points:
         members.append((f"{info}/entry_points.txt", entry_points.encode()))
     record = "\n".join([*(_record_line(n, c) for n, c in members), f"{info}/RECORD,,"]) + "\n"
-    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = cache_dir / f".{path.name}.{os.getpid()}.tmp"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, content in [*members, (f"{info}/RECORD", record.encode())]:
             entry = zipfile.ZipInfo(name, _EPOCH)
@@ -130,4 +140,3 @@ def own_wheel(cache_dir: Path) -> Wheel:
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    return Wheel(path, version)

@@ -44,15 +44,17 @@ log = logging.getLogger("gpulease.providers.aws")
 G = "/opt/gpulease"
 
 
+#: The venv's own gpulease version, from its dist-info directory's name (no Python start-up).
 _VERSION = (
-    f"{G}/venv/bin/python -c 'import importlib.metadata as m; print(m.version(\"gpulease\"))'"
+    f"for d in {G}/venv/lib/python3*/site-packages/gpulease-*.dist-info; do "
+    'v=${d##*/gpulease-}; [ -d "$d" ] && echo "${v%.dist-info}"; done; true'
 )
 
 
 PROBE = f"""set -u
 if [ ! -f {G}/ready ]; then echo state=booting; exit 0; fi
 echo state=ready
-echo "installed=$({_VERSION} 2>/dev/null || true)"
+echo "installed=$({_VERSION})"
 pid=$(cat {G}/agent.pid 2>/dev/null || true)
 if [ -n "$pid" ] && tr '\\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | grep -q 'gpulease.agent serve'; then
   echo "agent=$(cat {G}/agent.version 2>/dev/null || echo unknown)"
@@ -98,7 +100,7 @@ def install_script(wheel: Wheel) -> str:
 cat >{G}/wheels/.{name}.part
 mv {G}/wheels/.{name}.part {G}/wheels/{name}
 if ! {G}/venv/bin/python -m pip install --quiet --no-input --disable-pip-version-check \\
-    "{G}/wheels/"{name}"[aws]" >>/var/log/gpulease-bootstrap.log 2>&1; then
+    --no-compile "{G}/wheels/"{name}"[aws]" >>/var/log/gpulease-bootstrap.log 2>&1; then
   tail -n 20 /var/log/gpulease-bootstrap.log >&2; exit 3
 fi
 got=$({_VERSION})
