@@ -280,6 +280,7 @@ class AwsProvider(
         iid = str(data["InstanceId"])
         if ec2_state(data) != "running":  # stopped and started: bootstrap (start) again
             self.bootstraps.forget(iid)
+            self.tunnels.drop(iid)
             return None
         if not (self.settings.tunnels and target):
             return None
