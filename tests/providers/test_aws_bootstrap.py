@@ -24,6 +24,7 @@ from gpulease.agent.client import AgentClient
 from gpulease.providers.aws import AwsProvider, AwsSettings
 from gpulease.providers.aws.bootstrap import Bootstraps
 from gpulease.providers.base import LaunchRequest
+from gpulease.providers.ssh import SshTarget
 from gpulease.providers.wheel import Wheel, _content, _write, own_version, own_wheel
 from tests.awsvm import AwsVms, Vm, aws_vms, vm_image, vm_moto, vm_network  # noqa: F401
 from tests.waiting import wait_until
@@ -155,3 +156,29 @@ def test_install_pypi_lets_user_data_install_the_published_version(
         assert list((vm.opt / "gpulease" / "wheels").glob("*.whl")) == []
     finally:
         provider.close()
+
+
+def test_a_vm_that_does_not_answer_is_retried_and_each_reason_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: ssh's connection is refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    key = tmp_path / "key.pem"
+    key.write_text("not a key")
+    target = SshTarget("127.0.0.1", "root", key, tmp_path / "known_hosts", port=port, alias="i-x")
+    boots = Bootstraps(lambda: own_wheel(tmp_path / "w"), agent_port=7070, base_s=0.01, cap_s=0.05)
+    caplog.set_level("INFO", logger="gpulease.providers.aws")
+    try:
+        assert not boots.ready("i-x", target)  # returns at once; a thread works on it
+        wait_until(lambda: "Connection refused" in caplog.text or None, 20, "a logged failure")
+        assert not boots.ready("i-x", target)
+        assert caplog.text.count("bootstrap failed") == 1  # the same reason once, not per retry
+        thread, _stop = boots._threads["i-x"]
+        boots.forget("i-x")  # terminated: the thread ends
+        thread.join(5)
+        assert not thread.is_alive()
+    finally:
+        boots.close()
