@@ -3,9 +3,10 @@ liveness.
 
 - Liveness (DESIGN 7): an agent that answers is ALIVE (a LOST node comes back READY); one that
   does not is UNKNOWN and counts as alive — a READY node becomes LOST only after
-  ``lost_after_missed`` polls in a row miss. A node whose instance the provider confirms gone, or
-  that stays LOST past its timeout, is dead: the cluster FAILS (recovery is the managed-jobs
-  loop's business, not this one).
+  ``lost_after_missed`` polls in a row miss. A node whose instance the provider confirms gone is
+  dead: the cluster FAILS (recovery is the managed-jobs loop's business, not this one); one that
+  stays LOST past its timeout is terminated by :mod:`~gpulease.controller.timeouts`, with the
+  same end.
 - SETTING_UP: submit the task to every READY node that does not have it (the agent is idempotent
   by task id and attempt); RUNNING once every node's task has started; FAILED at once when a
   node's task fails.
@@ -33,7 +34,6 @@ from gpulease.controller.ports import Liveness
 from gpulease.controller.rules import ReconcileConfig, active_nodes, node_ips, terminate_nodes
 from gpulease.controller.snapshot import NodeView, Snapshot
 from gpulease.state import ClusterStatus, NodeState
-from gpulease.state.machines import timeout_exit
 from gpulease.wire import STARTED, TERMINAL, TaskState
 
 
@@ -46,12 +46,6 @@ def liveness(snap: Snapshot, config: ReconcileConfig) -> tuple[list[Action], str
         if snap.instance_gone(node):
             actions += terminate_nodes([node], "the provider no longer lists its instance")
             dead = dead or f"node {node.rank} ({node.instance_id}) is gone"
-            continue
-        if node.state is NodeState.LOST and timeout_exit(
-            node.state, node.status_changed_at, snap.now
-        ):
-            actions += terminate_nodes([node], "lost for too long")
-            dead = dead or f"node {node.rank} ({node.instance_id}) lost"
             continue
         actions += _heartbeat(snap, node, config)
     return actions, dead
@@ -187,5 +181,7 @@ def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
     return actions
 
 
-def setting_up_timed_out(snap: Snapshot) -> list[Action]:
-    return [SetCluster(ClusterStatus.FAILED, "timed out: setup did not finish", "task")]
+def fail_running(snap: Snapshot, why: str) -> list[Action]:
+    """A cluster setting up or running lost a node: FAILED (``infra``), the other nodes' tasks
+    cancelled."""
+    return _finish(snap, active_nodes(snap), ClusterStatus.FAILED, why, "infra")
