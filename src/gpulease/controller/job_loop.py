@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,8 +30,9 @@ from sqlalchemy.orm import Session
 
 from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock
-from gpulease.controller.document import LaunchDocument, cluster_task_id, task_id_of
+from gpulease.controller.document import LaunchDocument, task_id_of
 from gpulease.controller.job_document import JobDocument, attempt_targets, blocked_now
+from gpulease.controller.job_events import EventRelay
 from gpulease.controller.job_rules import (
     BILLED,
     FINAL_JOB,
@@ -52,7 +52,7 @@ from gpulease.controller.ports import AgentConnector, NodeRef
 from gpulease.controller.reconciler import worker_prefix
 from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
 from gpulease.errors import GpuleaseError
-from gpulease.providers.base import EventKind, Provider, ProviderEvent, SupportsSpotMarket
+from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.spot import Mode, Observation
 from gpulease.spot.gpulease_policy import GpuleasePolicy
 from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO
@@ -78,8 +78,6 @@ from gpulease.state import (
     set_status,
 )
 from gpulease.state.claims import Claimable
-from gpulease.state.machines import allowed
-from gpulease.state.models import Node
 
 log = logging.getLogger("gpulease.controller.jobs")
 
@@ -136,7 +134,8 @@ class JobReconciler:
             self, engine, clock=clock, worker=self.worker, settings=settings
         )
         self._policies: dict[int, _PolicyState] = {}
-        self._events_due: dict[str, float] = {}  # provider → monotonic time of its next poll
+        self.events = EventRelay(engine, providers, agents, clock=clock,
+                                 grace_s=self.config.stop_grace_s)  # fmt: skip
         self._held: Claim | None = None  # the claim of the job being applied
 
     # ---- clocks and the market --------------------------------------------------------------
@@ -197,6 +196,10 @@ class JobReconciler:
         """Relay provider events, then one step for every due job; True when anything changed."""
         progress = self.relay_events()
         return self.skeleton.run_pass() | progress
+
+    def relay_events(self) -> bool:
+        """Preemption notices to the agents, preemptions onto the node rows."""
+        return self.events.relay()
 
     def step(self, job_id: int) -> bool:
         """Claim the job, take one step, release it (the skeleton's step)."""
@@ -467,58 +470,6 @@ class JobReconciler:
         except InvalidTransition as exc:
             log.info("job %s: %s", row.name, exc)
             return False
-
-    # ---- provider events --------------------------------------------------------------------
-
-    def relay_events(self) -> bool:
-        """Preemption notices to the agents, preemptions onto the node rows."""
-        progress = False
-        now = time.monotonic()
-        for name, provider in sorted(self.providers.items()):
-            if now < self._events_due.get(name, 0.0):
-                continue
-            self._events_due[name] = now + provider.events_every_s
-            try:
-                events = provider.poll_events()
-            except GpuleaseError as exc:
-                log.info("provider %s: no events: %s", name, exc)
-                continue
-            for event in events:
-                progress |= self._relay(name, event)
-        return progress
-
-    def _relay(self, provider: str, event: ProviderEvent) -> bool:
-        if event.instance_id is None or event.kind not in (
-            EventKind.PREEMPTION_NOTICE,
-            EventKind.PREEMPTED,
-        ):
-            return False
-        with session_scope(self.engine) as session:
-            node = session.scalars(
-                select(Node).where(Node.provider == provider, Node.instance_id == event.instance_id)
-            ).first()
-            if node is None:
-                return False
-            cluster = node.cluster
-            task_id = cluster_task_id(cluster.name, cluster.id, cluster.task)
-            ref = NodeRef(node.provider, node.instance_id, node.agent_url or "")
-            if event.kind is EventKind.PREEMPTED:
-                return _mark_preempted(session, node, event, self.clock.now())
-        if ref.agent_url:
-            try:
-                self.agents.agent(ref).preempt(task_id, self.config.stop_grace_s)
-            except GpuleaseError as exc:
-                log.info("notice not delivered to %s: %s", ref.instance_id, exc)
-                return False
-        log.info("preemption notice relayed to %s (%s)", ref.instance_id, event.detail)
-        return True
-
-
-def _mark_preempted(session: Session, node: Node, event: ProviderEvent, now: float) -> bool:
-    if not allowed(node.state, NodeState.PREEMPTED):
-        return False
-    reason = event.detail or "the provider took it back"
-    return set_status(session, node, NodeState.PREEMPTED, actor=ACTOR, reason=reason, now=now)
 
 
 def _job_view(row: Job) -> JobView:
