@@ -99,19 +99,19 @@ def ensure(path: Path, site_dirs: list[str] | None = None) -> bool:
     Safe when several agents call it at once (a file lock; the ready marker written last)."""
     if (path / READY).is_file():
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _flocked(_lock_file(path, "lock")):
-        if (path / READY).is_file():
-            return False
-        if path.exists() or path.is_symlink():
-            log.warning("removing the unfinished task environment %s", path)
-            shutil.rmtree(path)
-        started = time.monotonic()
-        try:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _flocked(_lock_file(path, "lock")):
+            if (path / READY).is_file():
+                return False
+            if path.exists() or path.is_symlink():
+                log.warning("removing the unfinished task environment %s", path)
+                shutil.rmtree(path)
+            started = time.monotonic()
             _create(path, agent_site_dirs() if site_dirs is None else site_dirs)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise VenvError(f"cannot create the task environment {path}: {exc}") from exc
-        log.info("task environment %s made in %.3f s", path, time.monotonic() - started)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise VenvError(f"cannot make {path}: {exc}") from exc
+    log.info("task environment %s made in %.3f s", path, time.monotonic() - started)
     return True
 
 

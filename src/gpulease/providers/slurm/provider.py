@@ -171,9 +171,7 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
             _write_token_once(node / "token")
         (folder / "batch.sh").write_text(script.batch_script(folder))
         (folder / "node.sh").write_text(
-            script.node_script(
-                folder, self._python, self.settings.agent_host, self.root / "venvs"
-            )
+            script.node_script(folder, self._python, self.settings.agent_host, self.root / "venvs")
         )
         job_id = self.cli.submit(request, folder, partition)
         self._record(folder, request, job_id)
