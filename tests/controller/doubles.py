@@ -116,6 +116,8 @@ class FakeAgent:
     task: NodeTask | None = None
     state: str | None = None
     exit_code: int | None = None
+    step: str | None = None  # of a task that ended badly: setup, run, file sync, ...
+    detail: str | None = None
     submits: int = 0
     cancels: int = 0
     log: bytes = b""
@@ -163,7 +165,8 @@ class _Port:
             return AgentReport(Liveness.UNKNOWN)
         if self.a.task is None or self.a.task.task_id != task_id:
             return AgentReport(Liveness.ALIVE)
-        return AgentReport(Liveness.ALIVE, self.a.state, self.a.exit_code)
+        a = self.a
+        return AgentReport(Liveness.ALIVE, a.state, a.exit_code, step=a.step, detail=a.detail)
 
     def submit(self, task: NodeTask) -> None:
         self._check()

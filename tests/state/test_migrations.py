@@ -83,6 +83,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
     assert sorted(p.name for p in (MIGRATIONS_DIR / "versions").glob("0*.py")) == [
         "0001_initial.py",
         "0002_jobs.py",
+        "0003_task_failure.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

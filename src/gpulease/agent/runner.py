@@ -202,7 +202,7 @@ class TaskRunner:
             files.apply_file_mounts(sub.file_mounts, self.paths.work_dir, self.env.get("HOME"))
         except files.FileSyncError as exc:
             with self.lock:
-                self._end(TaskState.FAILED, str(exc))
+                self._end(TaskState.FAILED, f"file sync: {exc}")
             return False
         return True
 

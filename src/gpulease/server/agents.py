@@ -42,10 +42,20 @@ class HttpAgent:
         if brief.get("task_id") != task_id:
             return AgentReport(Liveness.ALIVE)
         state = str(brief.get("state"))
-        exit_code = None
-        if state in TASK_TERMINAL:
-            exit_code = self.client.status(task_id).get("exit_code")
-        return AgentReport(Liveness.ALIVE, state, exit_code)
+        if state not in TASK_TERMINAL:
+            return AgentReport(Liveness.ALIVE, state)
+        status = self.client.status(task_id)
+        if state == "SUCCEEDED":
+            return AgentReport(Liveness.ALIVE, state, status.get("exit_code"))
+        detail = str(status.get("detail") or "") or None
+        return AgentReport(
+            Liveness.ALIVE,
+            state,
+            status.get("exit_code"),
+            step=failed_step(status.get("phase"), detail),
+            signal=status.get("signal"),
+            detail=detail,
+        )
 
     def submit(self, task: NodeTask) -> None:
         submission = TaskSubmission(
@@ -129,6 +139,23 @@ class HttpAgents:
             for agent in self._clients.values():
                 agent.client.close()
             self._clients.clear()
+
+
+def failed_step(phase: object, detail: str | None) -> str | None:
+    """Which step of a task that ended badly failed, from the agent's status: the steps before
+    any phase name themselves at the start of ``detail`` (see agent/runner.py and
+    agent/ckpt_sync.py), else the phase that ran last."""
+    for prefix, step in _STEP_PREFIXES:
+        if detail and detail.startswith(prefix):
+            return step
+    return str(phase) if phase in ("setup", "run") else None
+
+
+_STEP_PREFIXES = (
+    ("file sync", "file sync"),
+    ("task environment", "task environment"),
+    ("checkpoint_store", "checkpoint restore"),
+)
 
 
 def _sync_fields(task: NodeTask) -> dict[str, Any]:
