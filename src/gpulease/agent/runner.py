@@ -308,9 +308,11 @@ class TaskRunner:
         exit_path = self.paths.exit_file(rec.submission.attempt, phase)
         proc: subprocess.Popen[bytes] | None = None
         adopting = rec.phase == phase and rec.pgid is not None  # a restarted agent
-        turn = self._setup_turn() if phase == "setup" and not adopting else None
-        if turn is None and self._stopping.is_set():
-            return None
+        turn = None
+        if phase == "setup" and not adopting:
+            turn = self._setup_turn()  # may wait for another node's setup
+            if turn is None and self._stopping.is_set():
+                return None
         try:
             with self.lock:
                 if rec.phase == phase and rec.pgid is not None:
