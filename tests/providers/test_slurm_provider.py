@@ -88,14 +88,16 @@ def test_sbatch_asks_for_one_allocation_of_num_nodes_nodes(tmp_path: Path) -> No
 
 
 def test_every_node_runs_an_agent_with_its_own_dir_token_and_rank(tmp_path: Path) -> None:
-    text = script.node_script(tmp_path, "/venv/bin/python", "127.0.0.1")
+    text = script.node_script(tmp_path, "/venv/bin/python", "127.0.0.1", tmp_path / "venvs")
     assert f'node={tmp_path}/"node-$SLURM_NODEID"' in text
     assert 'export GPULEASE_INSTANCE_ID="$SLURM_JOB_ID.$SLURM_NODEID"' in text
     serve = next(line for line in text.splitlines() if line.startswith("exec "))
     for part in ("/venv/bin/python -m gpulease.agent serve", "--host 127.0.0.1", "--port 0",
                  '--port-file "$node/port"', '--token-file "$node/token"',
-                 '--node-dir "$node/node"', '--node-rank "$SLURM_NODEID"'):  # fmt: skip
+                 '--node-dir "$node/node"', '--node-rank "$SLURM_NODEID"',
+                 f"--venv-root {tmp_path / 'venvs'}"):  # fmt: skip
         assert part in serve
+    assert "--venv-root" not in script.node_script(tmp_path, "/venv/bin/python", "127.0.0.1")
 
 
 def test_settings_errors_name_the_field() -> None:

@@ -126,6 +126,9 @@ class Applier:
             moved = self._set(session, cluster, a.status, a.reason, snap.now)
             if moved and a.status is ClusterStatus.FAILED:
                 cluster.failure = a.failure
+                cluster.task_failure = a.task_failure
+            elif moved and a.status is ClusterStatus.SETTING_UP:
+                cluster.task_failure = None  # the task runs again
             return moved
 
         self._write(snap, write)

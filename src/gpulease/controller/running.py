@@ -17,6 +17,7 @@ liveness.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from gpulease.controller.actions import (
     Action,
@@ -87,6 +88,8 @@ def _finish(
     status: ClusterStatus,
     why: str,
     failure: str | None = None,
+    *,
+    task_failure: dict[str, Any] | None = None,
 ) -> list[Action]:
     actions: list[Action] = []
     for node in nodes:
@@ -97,24 +100,33 @@ def _finish(
             continue
         if report.exit_code is not None and report.exit_code != node.exit_code:
             actions.append(RecordExit(node.id, report.exit_code))
-    return [*actions, RecordActivity(), SetCluster(status, why, failure)]
+    return [*actions, RecordActivity(), SetCluster(status, why, failure, task_failure)]
 
 
 def _failure(
     snap: Snapshot, nodes: Sequence[NodeView], states: list[TaskState | None]
-) -> tuple[str, str] | None:
-    """(why, kind) of the first task that ended badly: ``infra`` when any node's task was
-    preempted (a notice, or exit 75 — "checkpoint taken, resume me"), else ``task``. A preempted
-    node wins over a failed one: in a multi-node job the survivors fail when a peer goes."""
-    found: list[tuple[str, str]] = []
+) -> tuple[str, str, dict[str, Any] | None] | None:
+    """(why, kind, task failure) of the first task that ended badly: ``infra`` when any node's
+    task was preempted (a notice, or exit 75 — "checkpoint taken, resume me"), else ``task``
+    with where it failed (:class:`SetCluster`'s ``task_failure``). A preempted node wins over a
+    failed one (in a multi-node job the survivors fail when a peer goes), a failed one over a
+    cancelled one."""
+    found: list[tuple[int, str, str, dict[str, Any] | None]] = []
     for node, state in zip(nodes, states, strict=True):
         if state in TERMINAL and state is not TaskState.SUCCEEDED:
             report = snap.agents[node.id]
             code = f" (exit code {report.exit_code})" if report.exit_code is not None else ""
-            kind = "infra" if state is TaskState.PREEMPTED else "task"
-            found.append((f"the task on node {node.rank} ended {state}{code}", kind))
-    found.sort(key=lambda f: f[1] != "infra")
-    return found[0] if found else None
+            detail = f": {report.detail}" if report.detail else ""
+            why = f"the task on node {node.rank} ended {state}{code}{detail}"
+            if state is TaskState.PREEMPTED:
+                found.append((0, why, "infra", None))
+            else:
+                where = {"rank": node.rank, "state": state.value, "step": report.step,
+                         "exit_code": report.exit_code, "signal": report.signal,
+                         "detail": report.detail}  # fmt: skip
+                found.append((1 if state is TaskState.FAILED else 2, why, "task", where))
+    found.sort(key=lambda f: f[0])
+    return found[0][1:] if found else None
 
 
 def _checked(
@@ -131,12 +143,12 @@ def _checked(
     states = _task_states(snap, nodes)
     failed = _failure(snap, nodes, states)
     if failed:
-        why, kind = failed
+        why, kind, where = failed
         return (
             actions,
             nodes,
             states,
-            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, why, kind)],
+            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, why, kind, task_failure=where)],
         )
     return actions, nodes, states, None
 

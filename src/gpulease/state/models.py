@@ -106,6 +106,8 @@ class Cluster(Base):
     last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
     job_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the managed job it serves
     failure: Mapped[str | None] = mapped_column(String(16))  # FAILED why: infra | task | launch
+    # with failure "task": {rank, state, step, exit_code, signal, detail} of the failed node
+    task_failure: Mapped[dict[str, Any] | None]
     created_at: Mapped[float]
     updated_at: Mapped[float]
 
