@@ -14,9 +14,10 @@ reaches another *unit* of the package, a unit being a top-level subpackage (``sp
   literal name (relative ones with a literal ``package=``) or an f-string / concatenation whose
   literal prefix names the unit; any other argument is reported as a dynamic import the check
   cannot follow, except in a module whose literal ``_LAZY`` table lists what it loads;
-- ``gpulease.x`` attribute access on a name bound to the root package by ``import gpulease…``
-  (``import gpulease.spec`` binds ``gpulease``; ``gpulease.server.app`` then works only because
-  something else imported it).
+- ``gpulease.x`` attribute access or ``getattr(gpulease, "x")`` on a name bound to the root
+  package by ``import gpulease…`` (``import gpulease.spec`` binds ``gpulease``;
+  ``gpulease.server.app`` then works only because something else imported it);
+- ``from gpulease import *`` (every lazy export of the root).
 
 Running ``python -m gpulease.agent`` in a subprocess is a process boundary, not an import, and is
 not reported. The root package itself is a neutral facade: ``from gpulease import __version__``
@@ -30,7 +31,6 @@ from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = "__init__"  # the unit name of the root package's __init__.py
 DYNAMIC = {"import_module", "__import__", "resolve_name", "find_spec"}
 
 
@@ -66,7 +66,8 @@ class Tree:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.top = root.name
-        self.lazy = _lazy_table(root / "__init__.py", self.top)
+        init = root / "__init__.py"
+        self.lazy = _lazy_table(_parse(init), self.top) if init.exists() else {}
 
     def modules(self) -> list[Path]:
         return sorted(self.root.rglob("*.py"))
@@ -119,8 +120,8 @@ class _Walker:
         self.tree = tree
         self.path = path
         self.package = tree.package_of(path)
-        self.syntax = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        self.lazy = _lazy_table(path, self.package)
+        self.syntax = _parse(path)
+        self.lazy = _lazy_table(self.syntax, self.package)
 
     def walk(self) -> Iterator[Edge]:
         roots = self._root_aliases()
@@ -142,6 +143,10 @@ class _Walker:
                 yield from self._import_from(node)
             elif isinstance(node, ast.Call) and _call_name(node) in dynamic:
                 yield from self._dynamic(node)
+            elif isinstance(node, ast.Call) and _root_getattr(node, roots):
+                unit = self.tree.unit_of_name(self.tree.top, _root_getattr(node, roots))
+                if unit is not None:
+                    yield Edge(self.path, node.lineno, unit, "getattr on the root package")
             elif (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)
@@ -184,8 +189,11 @@ class _Walker:
         if base != self.tree.top:
             return
         for alias in node.names:
-            unit = self.tree.unit_of_name(base, alias.name)
-            if unit is not None:
+            if alias.name == "*":  # loads every lazy export of the root's __all__
+                units = {self.tree.unit_of_module(m) for m in self.tree.lazy.values()}
+            else:
+                units = {self.tree.unit_of_name(base, alias.name)}
+            for unit in sorted(u for u in units if u is not None):
                 yield Edge(self.path, node.lineno, unit, f"{how} {alias.name}")
 
     def _dynamic(self, node: ast.Call) -> Iterator[Edge]:
@@ -231,6 +239,16 @@ def _resolve(module: str, level: int, package: str | None) -> str | None:
     return f"{base}.{module}" if module else base
 
 
+def _root_getattr(node: ast.Call, roots: Set[str]) -> str:
+    """``name`` of ``getattr(gpulease, "name"[, default])``, else ""."""
+    if not (isinstance(node.func, ast.Name) and node.func.id == "getattr" and node.args[1:]):
+        return ""
+    owner, name = node.args[0], node.args[1]
+    if isinstance(owner, ast.Name) and owner.id in roots and isinstance(name, ast.Constant):
+        return str(name.value)
+    return ""
+
+
 def _call_name(node: ast.Call) -> str | None:
     if isinstance(node.func, ast.Name):
         return node.func.id
@@ -256,11 +274,13 @@ def _literal_prefix(node: ast.expr) -> str | None:
     return None
 
 
-def _lazy_table(path: Path, package: str) -> dict[str, str]:
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _lazy_table(syntax: ast.Module, package: str) -> dict[str, str]:
     """A module's literal ``_LAZY = {name: module}`` table, module names made absolute."""
-    if not path.exists():
-        return {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in syntax.body:
         target: ast.expr | None = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value

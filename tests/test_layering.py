@@ -160,6 +160,8 @@ HOLES = {
     "attribute lazy export": "import gpulease\ngpulease.plan()",
     "TYPE_CHECKING": "import typing\nif typing.TYPE_CHECKING:\n    import gpulease.server",
     "inside a function": "def f():\n    from gpulease.server import api\n    return api",
+    "getattr on the root": "import gpulease\nserver = getattr(gpulease, 'server')",
+    "star from the root": "from gpulease import *",
     "inside try": "try:\n    import gpulease.server\nexcept ImportError:\n    pass",
 }
 
