@@ -17,15 +17,9 @@ import pytest
 
 from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
-from gpulease.backoff import backoff_delay
-from tests import waiting
+from tests.waiting import wait_until
 
 TERMINAL = {"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"}
-
-
-def wait_until(fn: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``fn`` (jittered backoff, capped at 50 ms) until it returns a truthy value."""
-    return waiting.wait_until(fn, timeout, what, base=0.005, cap=0.05)
 
 
 class AgentProcess:

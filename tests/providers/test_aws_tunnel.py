@@ -4,10 +4,10 @@ that listens on the forwarded local port). A real ssh to a real VM is not tested
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from gpulease.providers.aws.tunnel import Tunnels, ssh_command
+from tests.waiting import wait_until
 
 FAKE_SSH = """#!{python}
 import socket, sys, time
@@ -35,16 +35,6 @@ def test_the_command_forwards_a_local_port_to_the_agent_on_the_vm_loopback(
     assert command[-1] == "ec2-user@203.0.113.9"
 
 
-def _wait_url(tunnels: Tunnels, iid: str, host: str, key: Path) -> str:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        url = tunnels.agent_url(iid, host, key)
-        if url:
-            return url
-        time.sleep(0.05)
-    raise AssertionError("the tunnel did not come up")
-
-
 def test_a_tunnel_comes_up_is_reused_and_closes(tmp_path: Path) -> None:
     log = tmp_path / "ssh.log"
     ssh = tmp_path / "ssh"
@@ -53,7 +43,7 @@ def test_a_tunnel_comes_up_is_reused_and_closes(tmp_path: Path) -> None:
     tunnels = Tunnels(tmp_path / "known_hosts", user="ec2-user", agent_port=7070, ssh=str(ssh))
     key = tmp_path / "k.pem"
     try:
-        url = _wait_url(tunnels, "i-1", "203.0.113.9", key)
+        url = wait_until(lambda: tunnels.agent_url("i-1", "203.0.113.9", key), 10, "the tunnel")
         assert url.startswith("http://127.0.0.1:")
         assert tunnels.agent_url("i-1", "203.0.113.9", key) == url  # the same tunnel
         assert tunnels.open_ids() == ["i-1"]
