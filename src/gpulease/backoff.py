@@ -1,8 +1,9 @@
 """The one backoff helper: capped, jittered exponential delays ("full jitter"), and a retry loop
 for :class:`~gpulease.errors.Retryable` errors that honours their own ``delay``.
 
-It is a few lines rather than tenacity's decorators because it sleeps on an injected
-:class:`~gpulease.clock.Clock`: loops and tests in virtual time back off without waiting.
+It is a few lines of its own, not a retry library such as tenacity (not a dependency), because it
+sleeps on an injected :class:`~gpulease.clock.Clock`: loops and tests in virtual time back off
+without waiting.
 """
 
 from __future__ import annotations

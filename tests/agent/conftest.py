@@ -17,21 +17,22 @@ import pytest
 
 from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
-from gpulease.backoff import backoff_delay
-from tests import waiting
+from tests.waiting import wait_until
 
 TERMINAL = {"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"}
-
-
-def wait_until(fn: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``fn`` (jittered backoff, capped at 50 ms) until it returns a truthy value."""
-    return waiting.wait_until(fn, timeout, what, base=0.005, cap=0.05)
 
 
 class AgentProcess:
     """One agent process and a client for it; ``restart`` keeps the node dir and token."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None, rank: int = 0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        env: dict[str, str] | None = None,
+        rank: int = 0,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        """``args``: more ``serve`` arguments (``--venv-root DIR``)."""
         self.root = root
         self.node_dir = root / "node"
         self.token = secrets.token_urlsafe(24)
@@ -41,6 +42,7 @@ class AgentProcess:
         self.log_path = root / "agent.log"
         self.env = {**os.environ, **(env or {})}
         self.rank = rank
+        self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: AgentClient | None = None
         self.started_in = 0.0
@@ -54,7 +56,7 @@ class AgentProcess:
                 [sys.executable, "-m", "gpulease.agent", "serve", "--host", "127.0.0.1",
                  "--port", "0", "--port-file", str(port_file), "--token-file",
                  str(self.token_file), "--node-dir", str(self.node_dir),
-                 "--node-rank", str(self.rank), "--heartbeat-interval", "0.2"],
+                 "--node-rank", str(self.rank), "--heartbeat-interval", "0.2", *self.args],
                 stdout=log, stderr=log, env=self.env, start_new_session=True,
             )  # fmt: skip
         port = wait_until(lambda: port_file.exists() and port_file.read_text().strip(), what="port")

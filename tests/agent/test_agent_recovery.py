@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpulease.agent.client import AgentRequestError
-from tests.agent.conftest import AgentProcess, task, wait_until
+from tests.agent.conftest import AgentProcess, task
+from tests.waiting import wait_until
 
 
 def test_submitting_the_same_task_twice_runs_it_once(agent: AgentProcess, tmp_path: Path) -> None:

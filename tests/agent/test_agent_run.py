@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpulease.agent.client import AgentRequestError
-from tests.agent.conftest import AgentProcess, task, wait_until
+from tests.agent.conftest import AgentProcess, task
+from tests.waiting import wait_until
 
 
 def test_the_job_sees_the_node_environment(agent_factory) -> None:  # type: ignore[no-untyped-def]

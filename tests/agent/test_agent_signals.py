@@ -8,7 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from tests.agent.conftest import AgentProcess, task, wait_until
+from tests.agent.conftest import AgentProcess, task
+from tests.waiting import wait_until
 
 
 def _pid_gone(pid: int) -> bool:

@@ -22,8 +22,9 @@ from gpulease.agent.ckpt_sync import CheckpointSync, SyncPlaces, SyncStatus, hum
 from gpulease.agent.state import TaskRecord
 from gpulease.clock import SystemClock
 from gpulease.storage import LocalStore
-from tests.agent.conftest import AgentProcess, task, wait_until
+from tests.agent.conftest import AgentProcess, task
 from tests.awsfixtures import aws_env, moto_server, s3_env  # noqa: F401 - fixtures
+from tests.waiting import wait_until
 
 # A run script: writes checkpoints with the storage API (CheckpointManager's layout), driven by
 # its arguments: "w:N" complete step N, "i:N" step N without manifest, "c:N" step N with a file

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from gpulease.agent.imds import ACTION_PATH, TOKEN_PATH, ImdsPoller, grace_for
-from tests.agent.conftest import AgentProcess, task, wait_until
+from tests.agent.conftest import AgentProcess, task
+from tests.waiting import wait_until
 
 TOKEN = "imds-token-123"
 

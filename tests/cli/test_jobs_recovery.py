@@ -119,6 +119,9 @@ def test_a_failing_task_is_restarted_then_the_job_fails(user: Cli, tmp_path: Pat
     )
     out = user("jobs", "launch", str(task), "--provider", "sim")
     assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines()[-1] == (
+        "job 1 (bad): attempt bad-1-2 failed in run on node 0, exit code 3 — its output is above"
+    )
     view = show_job(user)
     assert view["status"] == "failed" and view["failure"] == "task"
     assert view["restarts"] == 1 and view["attempt"] == 2

@@ -4,18 +4,23 @@ local provider. Bad input exits 2 without a traceback."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
+import sysconfig
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gpulease.agent.venvs import READY
 from gpulease.providers.base import InstanceState
 from gpulease.providers.local import LocalProvider
 from tests.cli.conftest import Cli
 from tests.providers.procs import node_pids
 from tests.server.conftest import wait_until
+from tests.wheels import make_wheel
 
 
 @pytest.fixture
@@ -102,3 +107,75 @@ def test_bad_input_exits_2_without_a_traceback(user: Cli, tmp_path: Path) -> Non
     ):
         result = _ok(user(*args), 2)
         assert words in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.slow
+def test_setup_pip_installs_into_a_venv_of_the_clusters_and_the_next_cluster_reuses_it(
+    user: Cli, tmp_path: Path
+) -> None:
+    pkg = f"gl_tiny_{uuid.uuid4().hex[:8]}"
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, pkg, value="installed by setup")
+    before = _own_site_packages()
+    body = (
+        f"resources: {{providers: [local]}}\n"
+        f"setup: pip install --no-index --find-links {wheels} {pkg}\n"
+        f"run: python -c 'import {pkg}; print({pkg}.VALUE)'; echo \"venv $VIRTUAL_ENV\"\n"
+    )
+    first = tmp_path / "first.yaml"
+    first.write_text(f"name: first\nnum_nodes: 2\n{body}")  # two nodes make it at once
+    out = _ok(user("launch", str(first)))
+    assert "installed by setup" in out.stdout and "first: succeeded" in out.stderr
+    venv = Path(_line(out.stdout, "venv "))
+    assert venv.parent == user.home / "local" / "venvs"
+    other = _ok(user("logs", "first", "--rank", "1")).stdout
+    assert Path(_line(other, "venv ")) == venv and "installed by setup" in other
+    marker = (venv / READY).stat()
+
+    second = tmp_path / "second.yaml"
+    second.write_text(f"name: second\n{body}")
+    out = _ok(user("launch", str(second)))
+    assert (
+        Path(_line(out.stdout, "venv ")) == venv and "Requirement already satisfied" in out.stdout
+    )
+    again = (venv / READY).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (marker.st_ino, marker.st_mtime_ns)  # not remade
+    assert importlib.util.find_spec(pkg) is None  # the user's (and server's) environment...
+    assert _own_site_packages() == before  # ...got no new files
+
+
+@pytest.mark.slow
+def test_a_failed_setup_or_run_says_where_on_the_last_line(user: Cli, tmp_path: Path) -> None:
+    setup = tmp_path / "setup.yaml"
+    setup.write_text("name: bad-setup\nresources: {providers: [local]}\n"
+                     "setup: echo installing; exit 2\nrun: echo never\n")  # fmt: skip
+    out = _ok(user("launch", str(setup)), 2)
+    assert "installing" in out.stdout and "never" not in out.stdout
+    assert out.stderr.splitlines()[-1] == (
+        "bad-setup: failed in setup on node 0, exit code 2 — "
+        "see its log: gpulease logs bad-setup --rank 0"
+    )
+    run = tmp_path / "run.yaml"
+    run.write_text("name: bad-run\nnum_nodes: 2\nresources: {providers: [local]}\n"
+                   'run: if [ "$GPULEASE_NODE_RANK" = 1 ]; then echo rank1 broke; exit 5; fi; '
+                   "sleep 30\n")  # fmt: skip
+    out = _ok(user("launch", str(run)), 5)
+    assert out.stderr.splitlines()[-1] == (
+        "bad-run: failed in run on node 1, exit code 5 — "
+        "see its log: gpulease logs bad-run --rank 1"
+    )
+    assert "rank1 broke" in _ok(user("logs", "bad-run", "--rank", "1")).stdout
+    view = json.loads(_ok(user("status", "bad-run", "--json")).stdout)["clusters"][0]
+    assert view["task_failure"] == {"rank": 1, "state": "FAILED", "step": "run", "exit_code": 5,
+                                    "signal": None, "detail": "run exited 5"}  # fmt: skip
+    assert view["reason"].endswith("(exit code 5): run exited 5")
+
+
+def _line(text: str, prefix: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(prefix))[len(prefix) :]
+
+
+def _own_site_packages() -> set[str]:
+    """What the test interpreter's site-packages holds (byte-code caches aside)."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    return {p.name for p in purelib.iterdir() if p.name != "__pycache__"}

@@ -117,6 +117,8 @@ class FakeAgent:
     task: NodeTask | None = None
     state: str | None = None
     exit_code: int | None = None
+    step: str | None = None  # of a task that ended badly: setup, run, file sync, ...
+    detail: str | None = None
     submits: int = 0
     cancels: int = 0
     log: bytes = b""
@@ -164,8 +166,9 @@ class _Port:
             return AgentReport(Liveness.UNKNOWN)
         if self.a.task is None or self.a.task.task_id != task_id:
             return AgentReport(Liveness.ALIVE)
-        state = TaskState(self.a.state) if self.a.state else None
-        return AgentReport(Liveness.ALIVE, state, self.a.exit_code)
+        a = self.a
+        state = TaskState(a.state) if a.state else None
+        return AgentReport(Liveness.ALIVE, state, a.exit_code, step=a.step, detail=a.detail)
 
     def submit(self, task: NodeTask) -> None:
         self._check()

@@ -86,10 +86,16 @@ def test_a_failed_node_task_fails_the_cluster_and_cancels_the_others(
     run_until(reconciler, clock, engine, cid, C.RUNNING)
     first, second = provider.live()
     agents[second].state, agents[second].exit_code = "FAILED", 3
+    agents[second].step, agents[second].detail = "setup", "setup exited 3"
     row = run_until(reconciler, clock, engine, cid, C.FAILED)
     assert agents[first].cancels == 1
     assert sorted(n.exit_code for n in row.nodes if n.exit_code is not None) == [3]
-    assert "exit code 3" in last_reason(engine, cid)
+    assert "exit code 3): setup exited 3" in last_reason(engine, cid)
+    rank = next(n.node_rank for n in row.nodes if n.instance_id == second)
+    assert row.failure == "task" and row.task_failure == {
+        "rank": rank, "state": "FAILED", "step": "setup", "exit_code": 3, "signal": None,
+        "detail": "setup exited 3",
+    }  # fmt: skip
 
 
 def last_reason(engine: Engine, cid: int) -> str:

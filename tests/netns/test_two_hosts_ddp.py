@@ -13,7 +13,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
+from tests.waiting import wait_until
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -93,9 +93,12 @@ class TwoHosts:
                  "--node-rank", str(k)],
                 stdout=log, stderr=log, start_new_session=True,
             )  # fmt: skip
-            port = _wait(lambda r=root: (r / "port").exists() and (r / "port").read_text().strip())
+            port_file = root / "port"
+            port = wait_until(
+                lambda f=port_file: f.exists() and f.read_text().strip(), 20, f"agent {k}'s port"
+            )
             client = AgentClient(f"http://{address}:{port}", token, timeout=10.0)
-            _wait(client.health)
+            wait_until(client.health, 20, f"agent {k}'s health")
             self.hosts.append(Host(ns, address, root / "node", proc, client))
 
     def down(self) -> None:
@@ -118,19 +121,6 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
             except (ProcessLookupError, PermissionError):
                 continue
     proc.wait(10)
-
-
-def _wait(check, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except Exception:
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture
@@ -160,7 +150,7 @@ def test_ddp_example_trains_across_two_namespaced_hosts(hosts: TwoHosts) -> None
                   "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         ))  # fmt: skip
     states = [
-        _wait(lambda h=h: (s := h.client.status("ddp"))["state"] in TERMINAL and s, timeout=240)
+        wait_until(lambda h=h: (s := h.client.status("ddp"))["state"] in TERMINAL and s, 240, "ddp")
         for h in hosts.hosts
     ]
     logs = hosts.hosts[0].client.logs("ddp", 0).data.decode()

@@ -9,7 +9,6 @@ to find them). Capability tests (stop/start) run only where the provider has the
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from gpulease.backoff import backoff_delay
 from gpulease.providers.base import (
     TAG_CLUSTER,
     TAG_NODE_RANK,
@@ -31,6 +29,7 @@ from gpulease.providers.base import (
     ProviderEvent,
     SupportsStopStart,
 )
+from tests.waiting import wait_until
 
 GONE = {InstanceState.TERMINATED}
 
@@ -65,17 +64,13 @@ class Harness:
         return instances
 
     def wait_for(self, check: Callable[[], Any], what: str) -> Any:
-        deadline = time.monotonic() + self.timeout
-        attempt = 0
-        while True:
+        """``wait_until`` that lets the provider's time pass (``settle``) before each check."""
+
+        def settled() -> Any:
             self.settle()
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            attempt += 1
-            time.sleep(backoff_delay(attempt, base=0.01, cap=0.2))
+            return check()
+
+        return wait_until(settled, self.timeout, what, base=0.01, cap=0.2)
 
     def states(self, ids: Iterable[str]) -> dict[str, InstanceState]:
         wanted = set(ids)

@@ -5,11 +5,11 @@ real sshd "VMs" is tested end to end (tests/cli/test_aws_vm_cli.py, tests/awsvm.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from gpulease.providers.aws.tunnel import Tunnels, ssh_command
 from gpulease.providers.ssh import SshTarget
+from tests.waiting import wait_until
 
 FAKE_SSH = """#!{python}
 import sys
@@ -51,22 +51,12 @@ def _fake_ssh(tmp_path: Path, status: int) -> tuple[Path, Path]:
     return ssh, log
 
 
-def _wait_url(tunnels: Tunnels, target: SshTarget) -> str:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        url = tunnels.agent_url("i-1", target)
-        if url:
-            return url
-        time.sleep(0.05)
-    raise AssertionError("the tunnel did not come up")
-
-
 def test_a_tunnel_comes_up_once_the_agent_answers_is_reused_and_closes(tmp_path: Path) -> None:
     ssh, log = _fake_ssh(tmp_path, 401)  # the probe carries no token: any answer is an agent
     tunnels = Tunnels(agent_port=7070, ssh=str(ssh))
     target = _target(tmp_path)
     try:
-        url = _wait_url(tunnels, target)
+        url = wait_until(lambda: tunnels.agent_url("i-1", target), 10, "the tunnel")
         assert url.startswith("http://127.0.0.1:")
         assert tunnels.agent_url("i-1", target) == url  # the same tunnel
         assert tunnels.open_ids() == ["i-1"]

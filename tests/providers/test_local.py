@@ -27,6 +27,7 @@ from gpulease.providers.base import (
 from gpulease.providers.local import LocalProvider
 from tests.providers.conformance import Harness
 from tests.providers.procs import node_pids
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -50,10 +51,8 @@ def _client(h: Harness, instance_id: str) -> AgentClient:
 
 def _run(client: AgentClient, run: str, task_id: str = "t") -> str:
     client.submit(TaskSubmission(task_id=task_id, run=run))
-    deadline = time.monotonic() + 10
-    while client.status(task_id)["state"] in {"PENDING", "SETTING_UP", "RUNNING"}:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    active = {"PENDING", "SETTING_UP", "RUNNING"}
+    wait_until(lambda: client.status(task_id)["state"] not in active, 10, f"task {task_id} to end")
     return client.logs(task_id).data.decode()
 
 

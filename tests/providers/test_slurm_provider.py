@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from gpulease.providers.slurm import SlurmProvider, SlurmSettings, script
 from gpulease.providers.slurm.commands import classify, parse_gres
 from gpulease.server.providers import build_providers
 from tests.slurmfixtures import slurm_cluster, slurm_env  # noqa: F401 - fixtures
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("slurm")
 
@@ -40,17 +40,6 @@ def _request(**kw: Any) -> LaunchRequest:
     kw.setdefault("cluster", "c1")
     kw.setdefault("owner", f"owner-{uuid.uuid4().hex[:6]}")
     return LaunchRequest(**kw)
-
-
-def _wait(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -88,14 +77,16 @@ def test_sbatch_asks_for_one_allocation_of_num_nodes_nodes(tmp_path: Path) -> No
 
 
 def test_every_node_runs_an_agent_with_its_own_dir_token_and_rank(tmp_path: Path) -> None:
-    text = script.node_script(tmp_path, "/venv/bin/python", "127.0.0.1")
+    text = script.node_script(tmp_path, "/venv/bin/python", "127.0.0.1", tmp_path / "venvs")
     assert f'node={tmp_path}/"node-$SLURM_NODEID"' in text
     assert 'export GPULEASE_INSTANCE_ID="$SLURM_JOB_ID.$SLURM_NODEID"' in text
     serve = next(line for line in text.splitlines() if line.startswith("exec "))
     for part in ("/venv/bin/python -m gpulease.agent serve", "--host 127.0.0.1", "--port 0",
                  '--port-file "$node/port"', '--token-file "$node/token"',
-                 '--node-dir "$node/node"', '--node-rank "$SLURM_NODEID"'):  # fmt: skip
+                 '--node-dir "$node/node"', '--node-rank "$SLURM_NODEID"',
+                 f"--venv-root {tmp_path / 'venvs'}"):  # fmt: skip
         assert part in serve
+    assert "--venv-root" not in script.node_script(tmp_path, "/venv/bin/python", "127.0.0.1")
 
 
 def test_settings_errors_name_the_field() -> None:
@@ -141,9 +132,9 @@ def test_terminate_cancels_the_allocation(provider: SlurmProvider) -> None:
     request = _request(num_nodes=2)
     ids = [i.id for i in provider.launch(request)]
     provider.terminate(ids)
-    _wait(lambda: all(i.state is InstanceState.TERMINATED
-                      for i in provider.list_instances({TAG_REQUEST: request.request_id})),
-          "terminated")  # fmt: skip
+    wait_until(lambda: all(i.state is InstanceState.TERMINATED
+                           for i in provider.list_instances({TAG_REQUEST: request.request_id})),
+               20, "terminated")  # fmt: skip
     provider.terminate(ids)  # a no-op now
     provider.terminate(["999999.0", "not-ours"])
 
@@ -152,13 +143,15 @@ def test_a_requeue_is_a_preempted_event(provider: SlurmProvider, slurm_env: str)
     request = _request(gpus_per_node=1)
     ids = [i.id for i in provider.launch(request)]
     tags = {TAG_REQUEST: request.request_id}
-    _wait(lambda: all(i.agent_url for i in provider.list_instances(tags)), "the agent")
+    wait_until(lambda: all(i.agent_url for i in provider.list_instances(tags)), 20, "the agent")
     provider.poll_events()
     job_id = ids[0].split(".")[0]
     env = {"SLURM_CONF": slurm_env, "PATH": "/usr/bin:/bin"}
     subprocess.run(["scontrol", "requeue", job_id], env=env, check=True, timeout=20)
-    events = _wait(lambda: [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED],
-                   "a PREEMPTED event")  # fmt: skip
+    events = wait_until(
+        lambda: [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED],
+        20, "a PREEMPTED event",
+    )  # fmt: skip
     assert [e.instance_id for e in events] == ids
 
     def running_again() -> list[Any]:
@@ -168,7 +161,7 @@ def test_a_requeue_is_a_preempted_event(provider: SlurmProvider, slurm_env: str)
         listed = provider.list_instances(tags)
         return [i for i in listed if i.state is InstanceState.RUNNING and i.agent_url]
 
-    back = _wait(running_again, "running again", timeout=60)
+    back = wait_until(running_again, 60, "running again")
     assert [i.id for i in back] == ids
     assert not [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED]
 
@@ -189,7 +182,7 @@ def test_a_node_failure_is_a_preempted_event(provider: SlurmProvider, slurm_env:
     request = _request(gpus_per_node=1)
     ids = [i.id for i in provider.launch(request)]
     tags = {TAG_REQUEST: request.request_id}
-    _wait(lambda: all(i.agent_url for i in provider.list_instances(tags)), "the agent")
+    wait_until(lambda: all(i.agent_url for i in provider.list_instances(tags)), 20, "the agent")
     provider.poll_events()
     job = _squeue(ids[0].split(".")[0], slurm_env)
     node = str(job["nodes"])
@@ -197,9 +190,9 @@ def test_a_node_failure_is_a_preempted_event(provider: SlurmProvider, slurm_env:
     down = ["scontrol", "update", f"nodename={node}", "state=down", "reason=gpulease-test"]
     subprocess.run(down, env=env, check=True, timeout=20)
     try:
-        events = _wait(
+        events = wait_until(
             lambda: [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED],
-            "a PREEMPTED event", timeout=60,
+            60, "a PREEMPTED event",
         )  # fmt: skip
         assert [e.instance_id for e in events] == ids
     finally:

@@ -5,7 +5,6 @@ suite, a launch that ``squeue`` of that cluster shows, cancel; settings and pure
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from gpulease.providers.slurm.rest import SlurmRest, expand_hostlist
 from tests.providers.conformance import Harness, ProviderConformance
 from tests.providers.test_slurm_conformance import agent_pids
 from tests.slurmfixtures import slurm_rest_cluster  # noqa: F401 - fixture
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("slurm")
 
@@ -82,10 +82,7 @@ def test_launch_through_rest_shows_in_squeue_and_cancel_works(
     assert [i.node_rank for i in instances] == [0, 1]
     assert f"{job_id}|gpulease-{request.request_id}|" in _squeue(rest_env)
     provider.terminate([i.id for i in instances])
-    deadline = time.monotonic() + 20
-    while f"{job_id}|" in _squeue(rest_env) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert f"{job_id}|" not in _squeue(rest_env)
+    wait_until(lambda: f"{job_id}|" not in _squeue(rest_env), 20, "the job to leave squeue")
     provider.terminate([i.id for i in instances])  # a second cancel is harmless
 
 

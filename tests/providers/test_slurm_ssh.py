@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +15,9 @@ import pytest
 
 from gpulease.providers.base import InstanceState
 from gpulease.providers.slurm import SlurmProvider, SlurmSettings
-from tests.providers.test_slurm_provider import _request, _wait
+from tests.providers.test_slurm_provider import _request
 from tests.slurmfixtures import slurm_cluster, slurm_env  # noqa: F401 - fixtures
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("slurm")
 SSHD = "/usr/sbin/sshd"
@@ -55,7 +55,7 @@ def login_node(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
                             stderr=(d / "sshd.log").open("wb"))  # fmt: skip
     try:
-        _wait(lambda: _listening(port), "sshd to listen", timeout=10)
+        wait_until(lambda: _listening(port), 10, "sshd to listen")
         yield port, d / "client"
     finally:
         proc.terminate()
@@ -66,7 +66,6 @@ def _listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
     except OSError:
-        time.sleep(0.1)
         return False
     return True
 
@@ -89,16 +88,16 @@ def test_commands_run_on_the_login_node_over_ssh(
     request = _request(num_nodes=1)
     instances = provider.launch(request)
     assert len(instances) == 1
-    running = _wait(
+    running = wait_until(
         lambda: [i for i in provider.list_instances({}) if i.id == instances[0].id
                  and i.state is InstanceState.RUNNING],
-        "the node to run", timeout=60,
+        60, "the node to run",
     )  # fmt: skip
     assert running[0].agent_url
     provider.terminate([instances[0].id])
-    _wait(
+    wait_until(
         lambda: all(i.state is InstanceState.TERMINATED for i in provider.list_instances({})
                     if i.id == instances[0].id),
-        "the allocation to end", timeout=60,
+        60, "the allocation to end",
     )  # fmt: skip
     provider.close()

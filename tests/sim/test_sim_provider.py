@@ -4,7 +4,6 @@ provider continuing the same simulation."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from gpulease.providers.sim import SimProvider
 from gpulease.providers.sim_cloud import SimSettings
 from gpulease.spot import Trace, write_trace
 from tests.providers.procs import node_pids
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -60,15 +60,14 @@ def _request(**kw: object) -> LaunchRequest:
 
 
 def _wait_gone(provider: SimProvider, ids: list[str], nodes: LocalProvider) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    """Until the sim says TERMINATED for every node and no node process is left."""
+
+    def gone() -> bool:
         states = {i.id: i.state for i in provider.list_instances({TAG_CLUSTER: "c"})}
-        if all(states.get(i) is InstanceState.TERMINATED for i in ids) and not node_pids(
-            nodes, ids
-        ):
-            return
-        time.sleep(0.1)
-    raise AssertionError("nodes not gone")
+        terminated = all(states.get(i) is InstanceState.TERMINATED for i in ids)
+        return terminated and not node_pids(nodes, ids)
+
+    wait_until(gone, 15, f"nodes {ids} to be gone")
 
 
 def test_nodes_stay_pending_for_the_simulated_provisioning_delay(sim) -> None:  # type: ignore[no-untyped-def]

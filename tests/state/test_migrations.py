@@ -87,6 +87,8 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0001_initial.py",
         "0002_jobs.py",
         "0003_run_spec.py",
+        "0004_job_claims.py",
+        "0005_task_failure.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

@@ -63,6 +63,8 @@ PUBLIC_API = {
     "list_timed_out",
     # claims
     "Claim",
+    "LostRace",
+    "check_held",
     "claim",
     "claim_next",
     "renew",

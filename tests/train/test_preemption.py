@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from gpulease.train import (
     should_stop,
 )
 from tests.train.helpers import make
+from tests.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -37,9 +37,7 @@ def test_sigterm_sets_should_stop_and_runs_callback() -> None:
     on_preemption(lambda: calls.append(1))
     assert not should_stop()
     os.kill(os.getpid(), signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while not calls and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: calls, 5, "the preemption callback")
     assert calls == [1]
     assert should_stop()
     preemption.reset()

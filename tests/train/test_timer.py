@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from gpulease.clock import VirtualClock
 from gpulease.errors import UserInputError
 from gpulease.train import StepTimer, Throughput, throughput
 from gpulease.train import timer as timer_module
@@ -144,37 +145,50 @@ def test_cpu_has_no_peak_so_no_mfu() -> None:
 
 
 def test_step_context_manager_excludes_warmup() -> None:
-    timer = StepTimer(flops_per_sample=1e9, warmup=2, accelerator="L4")
+    clock = VirtualClock(start=0.0)
+    timer = StepTimer(flops_per_sample=1e9, warmup=2, accelerator="L4", clock=clock.now)
     for _ in range(2):
         with timer.step(samples=1000):
-            time.sleep(0.15)
+            clock.advance(0.15)
     assert timer.measured == 0
     with pytest.raises(UserInputError, match=r"no step measured yet \(2 seen"):
         timer.throughput()
     for _ in range(3):
         with timer.step(samples=8):
-            time.sleep(0.02)
+            clock.advance(0.02)
     result = timer.throughput()
     assert timer.measured == 3
-    assert 0.02 <= result.step_time_s < 0.1
-    assert 8 / 0.1 < result.samples_per_s <= 8 / 0.02
-    assert result.mfu == pytest.approx(result.achieved_tflops / 121.0)  # type: ignore[operator]
+    assert result.step_time_s == pytest.approx(0.02)
+    assert result.samples_per_s == pytest.approx(8 / 0.02)
+    assert result.achieved_tflops == pytest.approx(1e9 * 8 / 0.02 / 1e12)
+    assert result.mfu == pytest.approx(result.achieved_tflops / 121.0)
 
 
 def test_window_keeps_the_last_steps_and_failed_steps_do_not_count() -> None:
-    timer = StepTimer(warmup=0, window=3, accelerator="H100", flops_per_token=1e6)
-    for delay in (0.2, 0.2, 0.01, 0.01, 0.01):
+    clock = VirtualClock(start=0.0)
+    timer = StepTimer(warmup=0, window=3, accelerator="H100", flops_per_token=1e6, clock=clock.now)
+    for seconds in (0.2, 0.2, 0.01, 0.02, 0.03):
         with timer.step(tokens=100):
-            time.sleep(delay)
+            clock.advance(seconds)
     with pytest.raises(RuntimeError), timer.step(tokens=100):
+        clock.advance(5.0)
         raise RuntimeError("a failed step")
     result = timer.throughput()
     assert timer.measured == 3 and timer.steps_seen == 5
-    assert 0.01 <= result.step_time_s < 0.1
+    assert result.step_time_s == pytest.approx(0.02)  # the last three: 0.01, 0.02, 0.03
+    assert result.tokens_per_s == pytest.approx(300 / 0.06)
     assert result.accelerator == "H100-SXM" and result.mfu is not None
     assert "MFU" in str(result) and "H100-SXM" in str(result)
     timer.reset()
     assert timer.measured == 0
+
+
+def test_the_default_clock_times_a_real_step() -> None:
+    timer = StepTimer(warmup=0, accelerator="L4")
+    with timer.step(samples=1):
+        sum(range(1000))
+    assert timer.clock is time.perf_counter
+    assert timer.throughput().step_time_s > 0
 
 
 def test_str_is_a_log_line() -> None:

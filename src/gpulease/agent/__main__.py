@@ -47,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
         help="poll EC2 instance metadata for spot interruption notices "
         "(also on when $GPULEASE_AGENT_IMDS_URL is set)",
     )
+    serve.add_argument(
+        "--venv-root",
+        type=Path,
+        default=None,
+        help="where task environments (venvs keyed by the setup script) are made and shared; "
+        "default: NODE_DIR/venvs",
+    )
     serve.add_argument("--log-level", default="INFO")
     return parser
 
@@ -70,7 +77,10 @@ def _write_port_file(path: Path, port: int) -> None:
 def serve(args: argparse.Namespace) -> int:
     token = read_token(args.token_file)
     agent = Agent(
-        args.node_dir, node_rank=args.node_rank, final_sync_timeout_s=args.final_sync_timeout
+        args.node_dir,
+        node_rank=args.node_rank,
+        final_sync_timeout_s=args.final_sync_timeout,
+        venv_root=args.venv_root,
     )
     server = AgentHTTPServer((args.host, args.port), agent, token)
     port = server.server_address[1]

@@ -1,10 +1,12 @@
 """The environment a job sees on its node.
 
 Layers, later ones winning: the agent's own environment (on the local provider that carries
-``CUDA_VISIBLE_DEVICES`` for the node's fake GPUs) with the agent's Python environment first on
-``PATH`` (so ``python``, ``pip`` and ``torchrun`` in a task are the ones gpulease runs under, venv
-or not), ``PYTHONUNBUFFERED=1`` (so Python output reaches the log at once; a task may override
-it), the task's ``envs``, then the node variables below, which a task cannot override.
+``CUDA_VISIBLE_DEVICES`` for the node's fake GPUs) with the task environment's ``bin`` (see
+:mod:`gpulease.agent.venvs`: ``python``, ``pip`` and ``torchrun`` of a venv that sees the agent's
+packages and takes what ``pip install`` adds) and then the agent's own Python environment's
+``bin`` first on ``PATH`` and ``VIRTUAL_ENV`` naming the task environment,
+``PYTHONUNBUFFERED=1`` (so Python output reaches the log at once; a task may override it), the
+task's ``envs``, then the node variables below, which a task cannot override.
 """
 
 from __future__ import annotations
@@ -59,9 +61,15 @@ def job_env(
     work_dir: Path,
     checkpoint_dir: Path,
     preemption_file: Path,
+    venv: Path | None = None,
 ) -> dict[str, str]:
+    """The job's environment; ``venv`` is the task environment (None: the agent's Python
+    environment itself, first on ``PATH``)."""
     env = {k: v for k, v in base.items() if not k.startswith("GPULEASE_AGENT_")}
-    env["PATH"] = _python_first(env.get("PATH", os.defpath))
+    env["PATH"] = _python_first(env.get("PATH", os.defpath), venv)
+    if venv is not None:
+        env["VIRTUAL_ENV"] = str(venv)
+        env.pop("PYTHONHOME", None)  # it would point the venv's python elsewhere
     env["PYTHONUNBUFFERED"] = "1"
     env.update(sub.envs)
     env.update(
@@ -72,8 +80,10 @@ def job_env(
     return env
 
 
-def _python_first(path: str) -> str:
-    """``path`` with the directory of the agent's Python (its venv's ``bin``) in front."""
-    bin_dir = str(Path(sys.executable).parent)
-    rest = [p for p in path.split(os.pathsep) if p and p != bin_dir]
-    return os.pathsep.join([bin_dir, *rest])
+def _python_first(path: str, venv: Path | None = None) -> str:
+    """``path`` with the task environment's ``bin`` and the directory of the agent's Python (its
+    venv's ``bin``, for ``gpulease`` and the other scripts installed there) in front."""
+    first = [str(venv / "bin")] if venv is not None else []
+    first.append(str(Path(sys.executable).parent))
+    rest = [p for p in path.split(os.pathsep) if p and p not in first]
+    return os.pathsep.join([*first, *rest])

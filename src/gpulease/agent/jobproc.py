@@ -32,9 +32,16 @@ _PROC = Path("/proc")
 
 
 def spawn_phase(
-    script: str, *, cwd: Path, env: Mapping[str, str], log_path: Path, exit_path: Path
+    script: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    exit_path: Path,
+    pass_fds: tuple[int, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start ``script`` with its stdout and stderr appended to ``log_path``; return at once."""
+    """Start ``script`` with its stdout and stderr appended to ``log_path``; return at once.
+    ``pass_fds`` are inherited (a lock the phase holds while it runs)."""
     exit_path.unlink(missing_ok=True)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
@@ -47,6 +54,7 @@ def spawn_phase(
             stderr=fd,
             process_group=0,
             close_fds=True,
+            pass_fds=pass_fds,
         )
     finally:
         os.close(fd)

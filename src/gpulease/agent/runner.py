@@ -9,6 +9,11 @@ States moved (see :mod:`gpulease.agent.state`): PENDING → SETTING_UP (files or
 - a preemption notice was delivered, or exit 75 → PREEMPTED;
 - anything else → FAILED (the exit code, and the signal when one killed the job).
 
+Every phase runs in the task environment (:mod:`gpulease.agent.venvs`), made (or found) before
+the first phase; one that cannot be made fails the task (``task environment: …``). Nodes whose
+agents share a venv root take turns for ``setup`` (a lock the setup process holds), so two nodes
+never ``pip install`` into the same venv at once.
+
 A runner started for a record loaded from disk (the agent restarted) resumes: it adopts a phase
 whose process group still lives, reads the exit file of one that ended, and runs what is left.
 
@@ -24,6 +29,7 @@ redoes it after its restart.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulease.agent import ckpt_sync, files, jobproc
+from gpulease.agent import ckpt_sync, files, jobproc, venvs
 from gpulease.agent.state import PREEMPTED_EXIT_CODE, TaskRecord, TaskState, set_state
 from gpulease.clock import Clock
 from gpulease.errors import UserInputError
@@ -85,7 +91,10 @@ class TaskRunner:
         persist: Callable[[TaskRecord], None],
         stopping: threading.Event,
         final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
+        venv: Path | None = None,
+        site_dirs: list[str] | None = None,
     ) -> None:
+        """``venv``: the task environment to make before the first phase (None: none)."""
         self.record = record
         self.paths = paths
         self.env = env
@@ -95,6 +104,8 @@ class TaskRunner:
         self._stopping = stopping  # the agent is shutting down
         self._final_sync_timeout_s = final_sync_timeout_s
         self._ckpt: ckpt_sync.CheckpointSync | None = None
+        self._venv = venv
+        self._site_dirs = site_dirs
         self._thread = threading.Thread(target=self._main, name=f"task-{record.task_id}")
         self._thread.daemon = True
 
@@ -158,6 +169,8 @@ class TaskRunner:
         syncing = rec.state is TaskState.SETTING_UP and rec.phase is None  # restarted mid-sync
         if (rec.state is TaskState.PENDING or syncing) and not self._prepare():
             return
+        if not self._ensure_venv():
+            return
         for phase in ("setup", "run"):
             if phase in rec.phases_done or (phase == "setup" and not rec.submission.setup):
                 continue
@@ -189,9 +202,39 @@ class TaskRunner:
             files.apply_file_mounts(sub.file_mounts, self.paths.work_dir, self.env.get("HOME"))
         except files.FileSyncError as exc:
             with self.lock:
-                self._end(TaskState.FAILED, str(exc))
+                self._end(TaskState.FAILED, f"file sync: {exc}")
             return False
         return True
+
+    def _ensure_venv(self) -> bool:
+        """Make (or find) the task environment; False when that failed the task."""
+        if self._venv is None:
+            return True
+        try:
+            venvs.ensure(self._venv, self._site_dirs)
+        except venvs.VenvError as exc:
+            with self.lock:
+                self._end(TaskState.FAILED, f"task environment: {exc}")
+            return False
+        return True
+
+    def _setup_turn(self) -> int | None:
+        """Wait for our turn to run ``setup`` in a task environment other nodes share: a file
+        descriptor holding its setup lock (None without a task environment, or when a stop
+        came meanwhile)."""
+        if self._venv is None:
+            return None
+
+        def waiting() -> None:
+            ckpt_sync.append_log(
+                self.paths.log,
+                f"waiting for another node's setup in the task environment {self._venv}",
+            )
+
+        def give_up() -> bool:
+            return self._stopping.is_set() or self.record.stop is not None
+
+        return venvs.setup_turn(self._venv, give_up=give_up, on_wait=waiting)
 
     def _enter_running(self) -> bool:
         """Restore the checkpoint (unless ``run`` started already: a resumed runner), move to
@@ -264,24 +307,27 @@ class TaskRunner:
         rec = self.record
         exit_path = self.paths.exit_file(rec.submission.attempt, phase)
         proc: subprocess.Popen[bytes] | None = None
-        with self.lock:
-            if rec.phase == phase and rec.pgid is not None:
-                pgid = rec.pgid  # a restarted agent: the phase may still run
-                if rec.stop:
-                    self._terminate_group(pgid, rec.stop_grace_s)
-            else:
-                if self._stopped_before_start():  # checked under the lock the stop takes
-                    return None
-                script = rec.submission.setup if phase == "setup" else rec.submission.run
-                proc = jobproc.spawn_phase(
-                    script or "",
-                    cwd=self.paths.work_dir,
-                    env=self.env,
-                    log_path=self.paths.log,
-                    exit_path=exit_path,
-                )
-                rec.phase, rec.pgid, pgid = phase, proc.pid, proc.pid
-                self._persist(rec)
+        adopting = rec.phase == phase and rec.pgid is not None  # a restarted agent
+        turn = None
+        if phase == "setup" and not adopting:
+            turn = self._setup_turn()  # may wait for another node's setup
+            if turn is None and self._stopping.is_set():
+                return None
+        try:
+            with self.lock:
+                if rec.phase == phase and rec.pgid is not None:
+                    pgid = rec.pgid  # a restarted agent: the phase may still run
+                    if rec.stop:
+                        self._terminate_group(pgid, rec.stop_grace_s)
+                else:
+                    if self._stopped_before_start():  # checked under the lock the stop takes
+                        return None
+                    proc = self._spawn(phase, exit_path, turn)
+                    rec.phase, rec.pgid, pgid = phase, proc.pid, proc.pid
+                    self._persist(rec)
+        finally:
+            if turn is not None:
+                os.close(turn)  # the setup process holds the lock now
         log.info("task %s: %s started (pgid %d)", rec.task_id, phase, pgid)
         returncode = self._wait(proc, pgid, exit_path)
         if returncode is None and self._stopping.is_set():
@@ -296,6 +342,17 @@ class TaskRunner:
         if returncode is None:
             return None, None
         return jobproc.describe_exit(returncode)
+
+    def _spawn(self, phase: str, exit_path: Path, turn: int | None) -> subprocess.Popen[bytes]:
+        sub = self.record.submission
+        return jobproc.spawn_phase(
+            (sub.setup if phase == "setup" else sub.run) or "",
+            cwd=self.paths.work_dir,
+            env=self.env,
+            log_path=self.paths.log,
+            exit_path=exit_path,
+            pass_fds=() if turn is None else (turn,),
+        )
 
     def _wait(self, proc: subprocess.Popen[bytes] | None, pgid: int, exit_path: Path) -> int | None:
         if proc is not None:

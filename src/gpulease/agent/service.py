@@ -10,6 +10,8 @@ Node directory (``--node-dir``), owned by this module::
     tasks/<task_id>/        task.json (the record), task.log (setup + run output, appended),
                             preempted (the preemption file), <attempt>.<phase>.exit,
                             ckpt-upload/ (the checkpoint sync's scratch dir)
+    venvs/                  the default venv root: task environments (see agent.venvs), unless
+                            ``serve --venv-root`` names a shared one
 
 One task runs at a time; a finished task stays reported until a newer attempt replaces it.
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulease import __version__
-from gpulease.agent import ckpt_sync, files, jobproc
+from gpulease.agent import ckpt_sync, files, jobproc, venvs
 from gpulease.agent.api import API_VERSION, ExecRequest, TaskSubmission
 from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
@@ -57,8 +59,12 @@ class Agent:
         clock: Clock | None = None,
         base_env: Mapping[str, str] | None = None,
         final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
+        venv_root: Path | None = None,
     ) -> None:
+        """``venv_root``: where task environments live (default ``<node_dir>/venvs``)."""
         self.node_dir = node_dir = node_dir.resolve()
+        self.venv_root = (venv_root or node_dir / "venvs").resolve()
+        self._site_dirs = venvs.agent_site_dirs()
         self.node_rank = node_rank
         self.clock = clock or SystemClock()
         self.started_at = self.clock.now()
@@ -246,12 +252,14 @@ class Agent:
         return files.resolve_remote(sub.checkpoint_dir or "checkpoints", self.work_dir, home)
 
     def _runner_for(self, record: TaskRecord, paths: TaskPaths) -> TaskRunner:
+        venv = venvs.venv_path(self.venv_root, record.submission.setup, self._site_dirs)
         env = job_env(
             self._base_env,
             record.submission,
             work_dir=paths.work_dir,
             checkpoint_dir=paths.checkpoint_dir,
             preemption_file=paths.preemption_file,
+            venv=venv,
         )
         return TaskRunner(
             record,
@@ -261,6 +269,8 @@ class Agent:
             persist=lambda rec: save_record(paths.record, rec),
             stopping=self.stopping,
             final_sync_timeout_s=self.final_sync_timeout_s,
+            venv=venv,
+            site_dirs=self._site_dirs,
         )
 
     def _resume_saved_tasks(self) -> None:

@@ -65,8 +65,30 @@ def outcome(api: Client, name: str, *, progress: bool, wait_s: float = 15.0) -> 
 
 
 def describe_end(view: dict[str, Any]) -> str:
+    """The last line of a followed launch: the cluster's status, and for a task that failed,
+    where (step, node, exit code) and how to read that node's log."""
     status = view["status"]
     line = f"{view['name']}: {status}"
+    failed = view.get("task_failure") if status == "failed" else None
+    if failed:
+        rank = failed["rank"]
+        how = f"gpulease logs {view['name']} --rank {rank}"
+        return f"{line} {task_failure_text(failed)} — see its log: {how}"
     if status != "succeeded" and view.get("reason"):
         line += f" ({view['reason']})"
     return line
+
+
+def task_failure_text(failed: dict[str, Any]) -> str:
+    """``in setup on node 0, exit code 2``: where a task failed (a cluster view's
+    ``task_failure``), with the agent's detail when there is no exit code to show."""
+    step, code, detail = failed.get("step"), failed.get("exit_code"), failed.get("detail") or ""
+    text = (f"in {step} " if step else "") + f"on node {failed['rank']}"
+    if failed.get("state") == "CANCELLED":
+        text += " (cancelled)"
+    if code is not None:
+        text += f", exit code {code}"
+        return text + (f" ({failed['signal']})" if failed.get("signal") else "")
+    if step and detail.startswith(f"{step}: "):
+        detail = detail[len(step) + 2 :]
+    return text + (f": {detail}" if detail else "")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpulease.cli.follow import client, say
+from gpulease.cli.follow import client, say, task_failure_text
 from gpulease.cli.launch_cmd import load_for_launch, say_new_warnings
 from gpulease.cli.output import console, print_json
 
@@ -149,7 +149,30 @@ def follow_job(api: Client, job_id: int) -> int:
             time.sleep(0.2)
     view = api.job(job_id)
     say(report(view, brief=True))
+    failed = task_failure_line(view)
+    if failed:
+        say(failed)
     return 0 if view["status"] == "succeeded" else 1
+
+
+def task_failure_line(view: dict[str, Any]) -> str | None:
+    """For a job its task failed: which attempt, step, node and exit code (the last line of
+    ``jobs launch``). The attempt's nodes are gone by then, and with them their logs: what was
+    followed (node 0's output) is above."""
+    if view["status"] != "failed" or view.get("failure") != "task":
+        return None
+    attempts = [a for a in view["attempts"] if a.get("task_failure")]
+    if not attempts:
+        return None
+    attempt, failed = attempts[-1]["name"], attempts[-1]["task_failure"]
+    seen = (
+        "its output is above"
+        if failed["rank"] == 0
+        else f"only node 0's output is shown above; node {failed['rank']}'s log went with the "
+        "attempt's nodes"
+    )
+    head = f"job {view['id']} ({view['name']}): attempt {attempt} failed"
+    return f"{head} {task_failure_text(failed)} — {seen}"
 
 
 def report(view: dict[str, Any], *, brief: bool = False) -> str:

@@ -12,7 +12,8 @@ Modules (private unless re-exported here):
 - ``actions``      the steps, as data
 - ``observe``      builds snapshots (DB, ``list_instances`` by tags, agent polls)
 - ``apply``        carries actions out under the cluster's claim
-- ``reconciler``   due clusters, claims, one step each; stale claims
+- ``skeleton``     the one reconcile skeleton: claim → snapshot → decide → apply → backoff
+- ``reconciler``   the cluster loop on it: due clusters, one step each; stale claims
 - ``sweep``        the orphan sweep (this owner's unclaimed instances)
 - ``failpoints``   ``GPULEASE_FAILPOINT`` crash points for the crash tests
 
@@ -30,8 +31,9 @@ from gpulease.controller.ports import (
     Liveness,
     NodeRef,
 )
-from gpulease.controller.reconciler import LoopSettings, Reconciler
+from gpulease.controller.reconciler import Reconciler
 from gpulease.controller.rules import ReconcileConfig
+from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
 from gpulease.controller.snapshot import ClusterView, IntentView, NodeView, Snapshot
 from gpulease.controller.sweep import find_orphans, sweep_orphans
 
@@ -49,7 +51,9 @@ __all__ = [
     "NodeView",
     "ReconcileConfig",
     "Reconciler",
+    "Skeleton",
     "Snapshot",
+    "StepOutcome",
     "decide",
     "find_orphans",
     "node_task",

@@ -6,7 +6,7 @@ idempotent (repeating it after a crash changes nothing more). Moves no states it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from gpulease.state import ClusterStatus, IntentStatus, LaunchTarget, NodeState
 from gpulease.wire import NodeTask
@@ -32,11 +32,14 @@ class FailOver:
 class SetCluster:
     """Move the cluster to ``status``. A move to FAILED says why in ``failure``: ``infra`` (a
     node was preempted or lost — the managed-jobs loop recovers such a job elsewhere), ``task``
-    (the user's setup or run failed), ``launch`` (no offer could be started)."""
+    (the user's setup or run failed), ``launch`` (no offer could be started); with ``task``,
+    ``task_failure`` says where: ``{rank, state, step, exit_code, signal, detail}`` of the first
+    node whose task ended badly (see :class:`~gpulease.controller.ports.AgentReport`)."""
 
     status: ClusterStatus
     reason: str
     failure: str | None = None
+    task_failure: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

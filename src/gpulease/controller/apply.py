@@ -1,7 +1,7 @@
 """Carries out the actions :func:`~gpulease.controller.decide.decide` chose, in order, for a
 cluster this worker has claimed. Every DB write is guarded by the claim (and status writes are
 compare-and-set), so a step that lost its claim or raced a user's ``down`` changes nothing; the
-step then stops and the next pass decides again.
+step then stops (:class:`~gpulease.state.LostRace`) and the next pass decides again.
 
 States it moves: cluster, node and intent statuses as the actions say; a launch moves the cluster
 PENDING → PROVISIONING once the provider accepted it and its nodes are recorded, and a refused
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
@@ -23,6 +22,7 @@ from gpulease.controller import actions as act
 from gpulease.controller import failpoints
 from gpulease.controller.ports import AgentConnector, NodeRef
 from gpulease.controller.rules import give_up_target
+from gpulease.controller.skeleton import StepOutcome
 from gpulease.controller.snapshot import Snapshot
 from gpulease.errors import GpuleaseError, Permanent, Retryable
 from gpulease.providers.base import CapacityError, Instance, LaunchRequest, Provider
@@ -33,6 +33,7 @@ from gpulease.state import (
     IntentClosed,
     IntentView,
     InvalidTransition,
+    LostRace,
     NodeState,
     fail_over,
     get_cluster,
@@ -51,21 +52,8 @@ from gpulease.state.nodes import ensure_node
 log = logging.getLogger("gpulease.controller")
 
 
-class StepLost(Exception):
-    """A write of this step found the row moved by someone else (or the claim gone)."""
-
-
 class ProviderMissing(Permanent):
     """The cluster names a provider this server has not configured."""
-
-
-@dataclass
-class StepOutcome:
-    """What a step did: ``progress`` (anything changed) and ``retry_after`` (seconds to back off
-    before the next launch, after a retryable provider error)."""
-
-    progress: bool = False
-    retry_after: float | None = None
 
 
 class Applier:
@@ -91,12 +79,11 @@ class Applier:
         self._cluster_status: ClusterStatus | None = None
 
     def apply(self, snap: Snapshot, actions: list[act.Action]) -> StepOutcome:
+        """Carry the actions out in order; raises :class:`~gpulease.state.LostRace` when a write
+        finds the cluster moved under this step (the skeleton ends the step there)."""
         self._cluster_status = snap.cluster.status  # what this step's cluster writes expect
-        try:
-            for action in actions:
-                self._one(snap, action)
-        except StepLost as exc:
-            log.info("cluster %s: step abandoned: %s", snap.cluster.name, exc)
+        for action in actions:
+            self._one(snap, action)
         return self.outcome
 
     # ---- dispatch ---------------------------------------------------------------------------
@@ -115,7 +102,7 @@ class Applier:
         with session_scope(self.engine) as session:
             cluster = get_cluster(session, snap.cluster.id)
             if cluster is None or fn(session, cluster) is False:
-                raise StepLost(f"cluster {snap.cluster.name} moved under this step")
+                raise LostRace(f"cluster {snap.cluster.name} moved under this step")
         self.outcome.progress = True
 
     def _set(self, session: Session, entity: Any, status: Any, reason: str, now: float) -> bool:
@@ -127,7 +114,7 @@ class Applier:
             moved = set_status(session, entity, status, expected=expected, actor=self.actor,
                                reason=reason, now=now, claim=self.claim)  # fmt: skip
         except InvalidTransition as exc:
-            raise StepLost(str(exc)) from None
+            raise LostRace(str(exc)) from None
         if moved and isinstance(status, ClusterStatus):
             self._cluster_status = status
         return moved
@@ -139,6 +126,9 @@ class Applier:
             moved = self._set(session, cluster, a.status, a.reason, snap.now)
             if moved and a.status is ClusterStatus.FAILED:
                 cluster.failure = a.failure
+                cluster.task_failure = a.task_failure
+            elif moved and a.status is ClusterStatus.SETTING_UP:
+                cluster.task_failure = None  # the task runs again
             return moved
 
         self._write(snap, write)

@@ -1,11 +1,13 @@
 """The reconciler's brain: one pure function from a :class:`Snapshot` to the actions of one
 step (Ray autoscaler v2 style), testable without a cloud, a DB or processes.
 
-:func:`decide` first applies the timeout of the cluster's transient status (the exits are those
-of ``gpulease.state.TRANSIENT_TIMEOUTS``), then the rules of its status:
+:func:`decide` first enforces the timeouts of ``gpulease.state.TRANSIENT_TIMEOUTS``
+(:mod:`~gpulease.controller.timeouts`: the cluster's status, then its nodes' and open launch
+intents' — a step that times something out does only that), then applies the rules of the
+cluster's status:
 
 =============  =========================================  ======================================
-status         rules                                      timeout exit
+status         rules                                      timeout exit (from the table)
 =============  =========================================  ======================================
 PENDING        :func:`provisioning.pending`               FAILED
 PROVISIONING   :func:`provisioning.provisioning`          failover to the next plan, or FAILED
@@ -28,11 +30,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpulease.controller import lifecycle, provisioning, running
-from gpulease.controller.actions import Action, SetCluster
+from gpulease.controller.actions import Action
 from gpulease.controller.rules import ReconcileConfig, confirm_terminated
 from gpulease.controller.snapshot import Snapshot
+from gpulease.controller.timeouts import (
+    cluster_timed_out,
+    intent_timeouts,
+    lost_node_actions,
+    node_timeouts,
+)
 from gpulease.state import ClusterStatus
-from gpulease.state.machines import timeout_exit
 
 _S = ClusterStatus
 Rule = Callable[[Snapshot, ReconcileConfig], list[Action]]
@@ -49,26 +56,19 @@ _RULES: dict[ClusterStatus, Rule] = {
     _S.TERMINATING: lambda s, _c: lifecycle.terminating(s),
 }
 
-_TIMEOUTS: dict[ClusterStatus, Callable[[Snapshot], list[Action]]] = {
-    _S.PENDING: provisioning.pending_timed_out,
-    _S.PROVISIONING: provisioning.provisioning_timed_out,
-    _S.SETTING_UP: running.setting_up_timed_out,
-    _S.STOPPING: lambda s: [
-        SetCluster(_S.FAILED, "timed out: the provider did not stop it", "infra")
-    ],
-    _S.STARTING: lambda s: [
-        SetCluster(_S.FAILED, "timed out: the provider did not start it", "infra")
-    ],
-    _S.TERMINATING: lifecycle.terminating_timed_out,
-}
-
 
 def decide(snap: Snapshot, config: ReconcileConfig | None = None) -> list[Action]:
     """The actions of one reconcile step for the snapshot's cluster (possibly none)."""
     config = config or ReconcileConfig()
     status = snap.cluster.status
     cleanup = confirm_terminated(snap) if status is not _S.TERMINATING else []
-    if timeout_exit(status, snap.cluster.status_changed_at, snap.now) is not None:
-        return cleanup + _TIMEOUTS[status](snap)
+    timed_out = cluster_timed_out(snap)
+    if timed_out is not None:
+        return cleanup + timed_out
+    expired_nodes, lost = node_timeouts(snap)
+    expired = expired_nodes + intent_timeouts(snap)
+    if expired:
+        reaction = lost_node_actions(snap, lost, running.fail_running) if lost else []
+        return cleanup + expired + reaction
     rule = _RULES.get(status)
     return cleanup + (rule(snap, config) if rule else [])

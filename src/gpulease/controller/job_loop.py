@@ -18,9 +18,10 @@ the job runs only there). States moved: job statuses (through ``set_status``), a
 from __future__ import annotations
 
 import logging
+import os
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,9 @@ from sqlalchemy.orm import Session
 
 from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock
-from gpulease.controller.document import LaunchDocument, cluster_task_id, task_id_of
+from gpulease.controller.document import LaunchDocument, task_id_of
 from gpulease.controller.job_document import JobDocument, attempt_targets, blocked_now
+from gpulease.controller.job_events import EventRelay
 from gpulease.controller.job_rules import (
     BILLED,
     FINAL_JOB,
@@ -47,20 +49,25 @@ from gpulease.controller.job_rules import (
     decide_job,
 )
 from gpulease.controller.ports import AgentConnector, NodeRef
+from gpulease.controller.reconciler import worker_prefix
+from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
 from gpulease.errors import GpuleaseError
-from gpulease.providers.base import EventKind, Provider, ProviderEvent, SupportsSpotMarket
+from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.spot import Mode, Observation
 from gpulease.spot.gpulease_policy import GpuleasePolicy
 from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO
 from gpulease.state import (
+    Claim,
     Cluster,
     ClusterStatus,
     InvalidTransition,
     Job,
     JobStatus,
     LaunchTarget,
+    LostRace,
     NodeState,
     add_event,
+    check_held,
     create_cluster,
     current_target,
     get_job,
@@ -70,8 +77,7 @@ from gpulease.state import (
     session_scope,
     set_status,
 )
-from gpulease.state.machines import allowed
-from gpulease.state.models import Node
+from gpulease.state.claims import Claimable
 
 log = logging.getLogger("gpulease.controller.jobs")
 
@@ -100,6 +106,12 @@ class _PolicyState:
 
 
 class JobReconciler:
+    """The managed-jobs loop: an :class:`~gpulease.controller.skeleton.EntityLoop` over job
+    rows, driven by its :class:`~gpulease.controller.skeleton.Skeleton` (claims on ``jobs``)."""
+
+    kind = "job"
+    model: Claimable = Job
+
     def __init__(
         self,
         engine: Engine,
@@ -109,6 +121,7 @@ class JobReconciler:
         clock: Clock,
         owner: str,
         config: JobConfig | None = None,
+        settings: LoopSettings | None = None,
     ) -> None:
         self.engine = engine
         self.providers = providers
@@ -116,8 +129,14 @@ class JobReconciler:
         self.clock = clock
         self.owner = owner
         self.config = config or JobConfig()
+        self.worker = f"{worker_prefix(owner)}{os.getpid()}"
+        self.skeleton: Skeleton[JobSnapshot, JobAction] = Skeleton(
+            self, engine, clock=clock, worker=self.worker, settings=settings
+        )
         self._policies: dict[int, _PolicyState] = {}
-        self._events_due: dict[str, float] = {}  # provider → monotonic time of its next poll
+        self.events = EventRelay(engine, providers, agents, clock=clock,
+                                 grace_s=self.config.stop_grace_s)  # fmt: skip
+        self._held: Claim | None = None  # the claim of the job being applied
 
     # ---- clocks and the market --------------------------------------------------------------
 
@@ -176,28 +195,46 @@ class JobReconciler:
     def run_pass(self) -> bool:
         """Relay provider events, then one step for every due job; True when anything changed."""
         progress = self.relay_events()
-        for job_id in self.due():
-            try:
-                progress |= self.step(job_id)
-            except Exception:  # the loop never dies of one job
-                log.exception("job %d: step failed", job_id)
-        return progress
+        return self.skeleton.run_pass() | progress
+
+    def relay_events(self) -> bool:
+        """Preemption notices to the agents, preemptions onto the node rows."""
+        return self.events.relay()
 
     def step(self, job_id: int) -> bool:
-        snap = self.snapshot(job_id)
-        if snap is None:
-            return False
-        actions = decide_job(snap)
-        changed = self._accrue(job_id, snap)
-        for action in actions:
-            if not self._apply(snap, action):
-                break  # the job moved under this step: the next pass decides again
-            changed = True
-        return changed
+        """Claim the job, take one step, release it (the skeleton's step)."""
+        return self.skeleton.step(job_id)
+
+    # ---- EntityLoop -------------------------------------------------------------------------
+
+    def decide(self, snap: JobSnapshot) -> list[JobAction]:
+        return decide_job(snap)
+
+    def apply(self, snap: JobSnapshot, actions: Sequence[JobAction], held: Claim) -> StepOutcome:
+        """Accrue cost and run time, then the actions in order, under ``held``; an action that
+        could not be carried out (a stop not delivered, a transition refused) ends the step."""
+        self._held = held
+        try:
+            changed = self._accrue(snap.job.id, snap)
+            for action in actions:
+                if not self._apply(snap, action):
+                    break
+                changed = True
+        finally:
+            self._held = None
+        return StepOutcome(progress=changed)
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A transaction of this step: raises :class:`LostRace` when the job's claim is gone."""
+        with session_scope(self.engine) as session:
+            if self._held is not None:
+                check_held(session, self._held)
+            yield session
 
     # ---- snapshot ---------------------------------------------------------------------------
 
-    def snapshot(self, job_id: int) -> JobSnapshot | None:
+    def snapshot(self, job_id: int, retry_at: float | None = None) -> JobSnapshot | None:
         with session_scope(self.engine) as session:
             row = get_job(session, job_id)
             if row is None:
@@ -253,7 +290,7 @@ class JobReconciler:
 
     def _accrue(self, job_id: int, snap: JobSnapshot) -> bool:
         """Add the attempt's cost and run time since the last mark (job clock)."""
-        with session_scope(self.engine) as session:
+        with self._writing() as session:
             row = get_job(session, job_id)
             if row is None:
                 return False
@@ -282,11 +319,11 @@ class JobReconciler:
         return handlers[type(action)](snap, action)
 
     def _set_job(self, snap: JobSnapshot, a: SetJob) -> bool:
-        with session_scope(self.engine) as session:
+        with self._writing() as session:
             row = get_job(session, snap.job.id)
             if row is None:
                 return False
-            moved = _move(session, row, a.status, a.reason, snap.now)
+            moved = self._move(session, row, a.status, a.reason, snap.now)
             if moved and a.status in FINAL_JOB:
                 row.failure, row.pending_stop = a.failure, None
                 row.last_error = a.reason if a.status is JobStatus.FAILED else row.last_error
@@ -311,7 +348,7 @@ class JobReconciler:
             run=job.doc.run, plans=tuple(targets), spec=job.doc.spec, task_id=job.doc.task_id,
             checkpoint=job.doc.checkpoint,
         )  # fmt: skip
-        with session_scope(self.engine) as session:
+        with self._writing() as session:
             row = get_job(session, job.id)
             if row is None or row.attempt != job.attempt or row.status is not job.status:
                 return False
@@ -322,8 +359,8 @@ class JobReconciler:
             cluster.job_id = row.id
             row.attempt, row.cluster_id, row.pricing = attempt, cluster.id, mode
             why = f"attempt {attempt} on {_where(targets[0])} ({mode})"
-            if not _move(session, row, JobStatus.STARTING, why, snap.now):
-                raise _Lost(f"job {job.name} moved under this step")
+            if not self._move(session, row, JobStatus.STARTING, why, snap.now):
+                raise LostRace(f"job {job.name} moved under this step")
             add_event(row, _event(snap, "attempt", why, attempt=attempt, where=_where(targets[0])))
         log.info("job %s: %s", job.name, why)
         return True
@@ -357,7 +394,7 @@ class JobReconciler:
         if attempt is None:
             return True
         for _ in range(5):  # the cluster loop may move it meanwhile: retry on fresh data
-            with session_scope(self.engine) as session:
+            with self._writing() as session:
                 cluster = session.get(Cluster, attempt.id)
                 if cluster is None or cluster.status in (_C.TERMINATING, _C.TERMINATED):
                     return True
@@ -371,7 +408,7 @@ class JobReconciler:
         if attempt is None:
             return False
         delivered = 0
-        with session_scope(self.engine) as session:
+        with self._writing() as session:
             refs = [
                 NodeRef(n.provider, n.instance_id, n.agent_url)
                 for n in list_nodes(session, attempt.id)
@@ -387,7 +424,7 @@ class JobReconciler:
                 )
         if not delivered:
             return False
-        with session_scope(self.engine) as session:
+        with self._writing() as session:
             row = get_job(session, snap.job.id)
             if row is None:
                 return False
@@ -399,14 +436,14 @@ class JobReconciler:
     def _recover(self, snap: JobSnapshot, a: Recover) -> bool:
         job = snap.job
         policy = job.doc.policy
-        with session_scope(self.engine) as session:
+        with self._writing() as session:
             row = get_job(session, job.id)
             if row is None:
                 return False
             failures = _launch_failures(job) + 1 if a.kind == "launch" else 0
             delay = backoff_delay(failures, base=self.config.backoff_base_s,
                                   cap=self.config.backoff_cap_s) if failures else 0.0  # fmt: skip
-            if not _move(session, row, JobStatus.RECOVERING, a.reason, snap.now):
+            if not self._move(session, row, JobStatus.RECOVERING, a.reason, snap.now):
                 return False
             if a.kind == "preemption":
                 row.recoveries += 1
@@ -425,69 +462,14 @@ class JobReconciler:
         log.info("job %s: recovering after %s: %s", job.name, a.kind, a.reason)
         return True
 
-    # ---- provider events --------------------------------------------------------------------
-
-    def relay_events(self) -> bool:
-        """Preemption notices to the agents, preemptions onto the node rows."""
-        progress = False
-        now = time.monotonic()
-        for name, provider in sorted(self.providers.items()):
-            if now < self._events_due.get(name, 0.0):
-                continue
-            self._events_due[name] = now + provider.events_every_s
-            try:
-                events = provider.poll_events()
-            except GpuleaseError as exc:
-                log.info("provider %s: no events: %s", name, exc)
-                continue
-            for event in events:
-                progress |= self._relay(name, event)
-        return progress
-
-    def _relay(self, provider: str, event: ProviderEvent) -> bool:
-        if event.instance_id is None or event.kind not in (
-            EventKind.PREEMPTION_NOTICE,
-            EventKind.PREEMPTED,
-        ):
+    def _move(self, session: Session, row: Job, status: JobStatus, reason: str, now: float) -> bool:
+        """A job status change, compare-and-set and guarded by the step's claim."""
+        try:
+            return set_status(session, row, status, actor=ACTOR, reason=reason, now=now,
+                              claim=self._held)  # fmt: skip
+        except InvalidTransition as exc:
+            log.info("job %s: %s", row.name, exc)
             return False
-        with session_scope(self.engine) as session:
-            node = session.scalars(
-                select(Node).where(Node.provider == provider, Node.instance_id == event.instance_id)
-            ).first()
-            if node is None:
-                return False
-            cluster = node.cluster
-            task_id = cluster_task_id(cluster.name, cluster.id, cluster.task)
-            ref = NodeRef(node.provider, node.instance_id, node.agent_url or "")
-            if event.kind is EventKind.PREEMPTED:
-                return _mark_preempted(session, node, event, self.clock.now())
-        if ref.agent_url:
-            try:
-                self.agents.agent(ref).preempt(task_id, self.config.stop_grace_s)
-            except GpuleaseError as exc:
-                log.info("notice not delivered to %s: %s", ref.instance_id, exc)
-                return False
-        log.info("preemption notice relayed to %s (%s)", ref.instance_id, event.detail)
-        return True
-
-
-class _Lost(Exception):
-    """A job row moved under a step."""
-
-
-def _mark_preempted(session: Session, node: Node, event: ProviderEvent, now: float) -> bool:
-    if not allowed(node.state, NodeState.PREEMPTED):
-        return False
-    reason = event.detail or "the provider took it back"
-    return set_status(session, node, NodeState.PREEMPTED, actor=ACTOR, reason=reason, now=now)
-
-
-def _move(session: Session, row: Job, status: JobStatus, reason: str, now: float) -> bool:
-    try:
-        return set_status(session, row, status, actor=ACTOR, reason=reason, now=now)
-    except InvalidTransition as exc:
-        log.info("job %s: %s", row.name, exc)
-        return False
 
 
 def _job_view(row: Job) -> JobView:

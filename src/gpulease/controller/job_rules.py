@@ -31,7 +31,7 @@ from typing import TypeAlias
 
 from gpulease.controller.job_document import JobDocument
 from gpulease.state import ClusterStatus, JobStatus, LaunchTarget, NodeState
-from gpulease.state.machines import timeout_exit
+from gpulease.state.machines import Timeout, timeout_of
 
 _J = JobStatus
 _C = ClusterStatus
@@ -151,10 +151,10 @@ def decide_job(snap: JobSnapshot) -> list[JobAction]:
         return _final(snap)
     if job.cancel_requested and job.status is not _J.CANCELLING:
         return [SetJob(_J.CANCELLING, "cancel requested"), *_end(snap, "job cancelled")]
-    if timeout_exit(job.status, job.status_changed_at, snap.now) is not None and not _arrived(snap):
-        return _timed_out(snap)
-    rule = _RULES[job.status]
-    return rule(snap)
+    timeout = timeout_of(job.status)
+    if timeout and snap.now - job.status_changed_at >= timeout.seconds and not _arrived(snap):
+        return _timed_out(snap, timeout)
+    return _RULES[job.status](snap)
 
 
 def _arrived(snap: JobSnapshot) -> bool:
@@ -167,16 +167,18 @@ def _arrived(snap: JobSnapshot) -> bool:
     )
 
 
-def _timed_out(snap: JobSnapshot) -> list[JobAction]:
-    """The exits of ``TRANSIENT_TIMEOUTS[JobStatus]``."""
+def _timed_out(snap: JobSnapshot, rule: Timeout) -> list[JobAction]:
+    """The exit ``TRANSIENT_TIMEOUTS[JobStatus]`` gives the job's status: a self-loop re-issues
+    the teardown (CANCELLING); RECOVERING recovers elsewhere (the attempt never ran); FAILED ends
+    the job. The attempt cluster is taken down first."""
     status = snap.job.status
-    if status is _J.STARTING:
-        why = "timed out: the attempt never ran"
+    why = f"timed out: {rule.why}"
+    if rule.exit is status:
+        return [SetJob(status, why), *_cancelling(snap)]
+    if rule.exit is _J.RECOVERING:
         return [*_end(snap, why), Recover("launch", why)]
-    if status is _J.CANCELLING:
-        return [SetJob(_J.CANCELLING, "teardown re-issued after its timeout"), *_cancelling(snap)]
-    why = "timed out: no attempt could be started" if status is _J.RECOVERING else "timed out"
-    return [*_end(snap, why), SetJob(_J.FAILED, why, "timeout")]
+    assert isinstance(rule.exit, JobStatus)
+    return [*_end(snap, why), SetJob(rule.exit, why, "timeout")]
 
 
 def _final(snap: JobSnapshot) -> list[JobAction]:

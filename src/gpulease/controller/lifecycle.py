@@ -127,8 +127,3 @@ def terminating(snap: Snapshot) -> list[Action]:
     for node in snap.live_nodes:
         actions.append(SetNode(node.id, NodeState.TERMINATED, "the provider confirms it gone"))
     return [*actions, SetCluster(ClusterStatus.TERMINATED, "the provider lists no instance")]
-
-
-def terminating_timed_out(snap: Snapshot) -> list[Action]:
-    restamp = SetCluster(ClusterStatus.TERMINATING, "terminate re-issued after its timeout")
-    return [restamp, *terminating(snap)]

@@ -37,11 +37,17 @@ class NodeRef:
 @dataclass(frozen=True, slots=True)
 class AgentReport:
     """One poll of a node's agent: whether it answered and the state of our task on it
-    (``task_state`` None: the node has no such task yet)."""
+    (``task_state`` None: the node has no such task yet). For a task that ended: its exit code,
+    and for one that ended badly the step that failed (``setup``, ``run``, ``file sync``,
+    ``task environment``, ``checkpoint restore``; None when unknown), the signal that killed it
+    and the agent's one-line ``detail`` ("setup exited 2")."""
 
     liveness: Liveness
     task_state: TaskState | None = None
     exit_code: int | None = None
+    step: str | None = None
+    signal: str | None = None
+    detail: str | None = None
 
 
 class AgentPort(Protocol):

@@ -5,15 +5,15 @@
 - PROVISIONING: re-send the launch while the intent is PENDING or nodes are missing (idempotent
   by request id); an instance that vanishes → give the target up; nodes whose agent answers →
   READY; every node READY → intent DONE and cluster SETTING_UP.
-- The PROVISIONING timeout gives the target up (failover to the next plan, FAILED when none is
-  left); the PENDING timeout fails the cluster.
+- Timeouts (the PROVISIONING one gives the target up, the PENDING one fails the cluster) are
+  :mod:`~gpulease.controller.timeouts`'.
 """
 
 from __future__ import annotations
 
 from gpulease.controller.actions import Action, Launch, SetCluster, SetIntent, SetNode, UpdateNode
 from gpulease.controller.ports import Liveness
-from gpulease.controller.rules import active_nodes, close_intents, give_up_target
+from gpulease.controller.rules import active_nodes, give_up_target
 from gpulease.controller.snapshot import Snapshot
 from gpulease.state import ClusterStatus, IntentStatus, NodeState
 
@@ -29,11 +29,6 @@ def pending(snap: Snapshot) -> list[Action]:
     if intent is None:
         return give_up_target(snap, snap.last_error)
     return _launch(snap, intent.request_id)
-
-
-def pending_timed_out(snap: Snapshot) -> list[Action]:
-    reason = "timed out: no launch was accepted"
-    return [*close_intents(snap, reason), SetCluster(ClusterStatus.FAILED, reason, "launch")]
 
 
 def provisioning(snap: Snapshot) -> list[Action]:
@@ -69,7 +64,3 @@ def _agents_up(snap: Snapshot, request_id: str | None) -> list[Action]:
             actions.append(SetIntent(request_id, IntentStatus.DONE, "every node answers"))
         actions.append(SetCluster(ClusterStatus.SETTING_UP, "every node's agent answers"))
     return actions
-
-
-def provisioning_timed_out(snap: Snapshot) -> list[Action]:
-    return give_up_target(snap, "provisioning timed out")

@@ -3,9 +3,10 @@ liveness.
 
 - Liveness (DESIGN 7): an agent that answers is ALIVE (a LOST node comes back READY); one that
   does not is UNKNOWN and counts as alive — a READY node becomes LOST only after
-  ``lost_after_missed`` polls in a row miss. A node whose instance the provider confirms gone, or
-  that stays LOST past its timeout, is dead: the cluster FAILS (recovery is the managed-jobs
-  loop's business, not this one).
+  ``lost_after_missed`` polls in a row miss. A node whose instance the provider confirms gone is
+  dead: the cluster FAILS (recovery is the managed-jobs loop's business, not this one); one that
+  stays LOST past its timeout is terminated by :mod:`~gpulease.controller.timeouts`, with the
+  same end.
 - SETTING_UP: submit the task to every READY node that does not have it (the agent is idempotent
   by task id and attempt); RUNNING once every node's task has started; FAILED at once when a
   node's task fails.
@@ -16,6 +17,7 @@ liveness.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from gpulease.controller.actions import (
     Action,
@@ -33,7 +35,6 @@ from gpulease.controller.ports import Liveness
 from gpulease.controller.rules import ReconcileConfig, active_nodes, node_ips, terminate_nodes
 from gpulease.controller.snapshot import NodeView, Snapshot
 from gpulease.state import ClusterStatus, NodeState
-from gpulease.state.machines import timeout_exit
 from gpulease.wire import STARTED, TERMINAL, TaskState
 
 
@@ -46,12 +47,6 @@ def liveness(snap: Snapshot, config: ReconcileConfig) -> tuple[list[Action], str
         if snap.instance_gone(node):
             actions += terminate_nodes([node], "the provider no longer lists its instance")
             dead = dead or f"node {node.rank} ({node.instance_id}) is gone"
-            continue
-        if node.state is NodeState.LOST and timeout_exit(
-            node.state, node.status_changed_at, snap.now
-        ):
-            actions += terminate_nodes([node], "lost for too long")
-            dead = dead or f"node {node.rank} ({node.instance_id}) lost"
             continue
         actions += _heartbeat(snap, node, config)
     return actions, dead
@@ -93,6 +88,8 @@ def _finish(
     status: ClusterStatus,
     why: str,
     failure: str | None = None,
+    *,
+    task_failure: dict[str, Any] | None = None,
 ) -> list[Action]:
     actions: list[Action] = []
     for node in nodes:
@@ -103,24 +100,33 @@ def _finish(
             continue
         if report.exit_code is not None and report.exit_code != node.exit_code:
             actions.append(RecordExit(node.id, report.exit_code))
-    return [*actions, RecordActivity(), SetCluster(status, why, failure)]
+    return [*actions, RecordActivity(), SetCluster(status, why, failure, task_failure)]
 
 
 def _failure(
     snap: Snapshot, nodes: Sequence[NodeView], states: list[TaskState | None]
-) -> tuple[str, str] | None:
-    """(why, kind) of the first task that ended badly: ``infra`` when any node's task was
-    preempted (a notice, or exit 75 — "checkpoint taken, resume me"), else ``task``. A preempted
-    node wins over a failed one: in a multi-node job the survivors fail when a peer goes."""
-    found: list[tuple[str, str]] = []
+) -> tuple[str, str, dict[str, Any] | None] | None:
+    """(why, kind, task failure) of the first task that ended badly: ``infra`` when any node's
+    task was preempted (a notice, or exit 75 — "checkpoint taken, resume me"), else ``task``
+    with where it failed (:class:`SetCluster`'s ``task_failure``). A preempted node wins over a
+    failed one (in a multi-node job the survivors fail when a peer goes), a failed one over a
+    cancelled one."""
+    found: list[tuple[int, str, str, dict[str, Any] | None]] = []
     for node, state in zip(nodes, states, strict=True):
         if state in TERMINAL and state is not TaskState.SUCCEEDED:
             report = snap.agents[node.id]
             code = f" (exit code {report.exit_code})" if report.exit_code is not None else ""
-            kind = "infra" if state is TaskState.PREEMPTED else "task"
-            found.append((f"the task on node {node.rank} ended {state}{code}", kind))
-    found.sort(key=lambda f: f[1] != "infra")
-    return found[0] if found else None
+            detail = f": {report.detail}" if report.detail else ""
+            why = f"the task on node {node.rank} ended {state}{code}{detail}"
+            if state is TaskState.PREEMPTED:
+                found.append((0, why, "infra", None))
+            else:
+                where = {"rank": node.rank, "state": state.value, "step": report.step,
+                         "exit_code": report.exit_code, "signal": report.signal,
+                         "detail": report.detail}  # fmt: skip
+                found.append((1 if state is TaskState.FAILED else 2, why, "task", where))
+    found.sort(key=lambda f: f[0])
+    return found[0][1:] if found else None
 
 
 def _checked(
@@ -137,12 +143,12 @@ def _checked(
     states = _task_states(snap, nodes)
     failed = _failure(snap, nodes, states)
     if failed:
-        why, kind = failed
+        why, kind, where = failed
         return (
             actions,
             nodes,
             states,
-            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, why, kind)],
+            [*actions, *_finish(snap, nodes, ClusterStatus.FAILED, why, kind, task_failure=where)],
         )
     return actions, nodes, states, None
 
@@ -187,5 +193,7 @@ def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
     return actions
 
 
-def setting_up_timed_out(snap: Snapshot) -> list[Action]:
-    return [SetCluster(ClusterStatus.FAILED, "timed out: setup did not finish", "task")]
+def fail_running(snap: Snapshot, why: str) -> list[Action]:
+    """A cluster setting up or running lost a node: FAILED (``infra``), the other nodes' tasks
+    cancelled."""
+    return _finish(snap, active_nodes(snap), ClusterStatus.FAILED, why, "infra")

@@ -91,10 +91,11 @@ class IntentView:
     status: IntentStatus
     attempt: int
     last_error: str | None
+    status_changed_at: float = 0.0
 
     @classmethod
     def of(cls, row: LaunchIntent) -> IntentView:
-        return cls(row.request_id, row.status, row.attempt, row.last_error)
+        return cls(row.request_id, row.status, row.attempt, row.last_error, row.status_changed_at)
 
     @property
     def open(self) -> bool:

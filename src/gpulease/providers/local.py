@@ -13,6 +13,8 @@ Files under ``root`` (``gpulease.config.home()/local`` by default)::
     nodes/<id>/port        the port the agent bound (written by the agent)
     nodes/<id>/agent.log   the agent's own log
     nodes/<id>/node/       the agent's node dir: work/, tasks/, checkpoints/, heartbeat
+    venvs/                 the task environments every node's agent shares (``--venv-root``):
+                           one venv per setup script, made once, seeing the server's packages
 
 States it moves (InstanceState): PENDING (intent written, agent starting) → RUNNING (the agent
 answered ``/v1/health``) → STOPPING → STOPPED → PENDING (``start``); any → TERMINATING →
@@ -230,6 +232,7 @@ class LocalProvider(Provider, SupportsStopStart, SupportsMultiNode, SupportsNode
             self._python, "-m", "gpulease.agent", "serve", "--host", AGENT_HOST, "--port", "0",
             "--port-file", str(node / "port"), "--token-file", str(node / "token"),
             "--node-dir", str(node / "node"), "--node-rank", str(record.node_rank),
+            "--venv-root", str(self.root / "venvs"),
         ]  # fmt: skip
         try:
             with open(node / "agent.log", "ab") as log:

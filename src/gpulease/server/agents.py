@@ -44,10 +44,25 @@ class HttpAgent:
         except ValueError:
             log.warning("agent reported an unknown task state %r", brief.get("state"))
             return AgentReport(Liveness.UNKNOWN)
-        exit_code = None
-        if state.terminal:
-            exit_code = self.client.status(task_id).get("exit_code")
-        return AgentReport(Liveness.ALIVE, state, exit_code)
+        return self._report(task_id, state)
+
+    def _report(self, task_id: str, state: TaskState) -> AgentReport:
+        """The report of a task in ``state``; an ended one's exit code (and, when it ended badly,
+        where and why) from its status."""
+        if not state.terminal:
+            return AgentReport(Liveness.ALIVE, state)
+        status = self.client.status(task_id)
+        if state is TaskState.SUCCEEDED:
+            return AgentReport(Liveness.ALIVE, state, status.get("exit_code"))
+        detail = str(status.get("detail") or "") or None
+        return AgentReport(
+            Liveness.ALIVE,
+            state,
+            status.get("exit_code"),
+            step=failed_step(status.get("phase"), detail),
+            signal=status.get("signal"),
+            detail=detail,
+        )
 
     def submit(self, task: NodeTask) -> None:
         self.client.submit(task)
@@ -115,3 +130,20 @@ class HttpAgents:
             for agent in self._clients.values():
                 agent.client.close()
             self._clients.clear()
+
+
+def failed_step(phase: object, detail: str | None) -> str | None:
+    """Which step of a task that ended badly failed, from the agent's status: the steps before
+    any phase name themselves at the start of ``detail`` (see agent/runner.py and
+    agent/ckpt_sync.py), else the phase that ran last."""
+    for prefix, step in _STEP_PREFIXES:
+        if detail and detail.startswith(prefix):
+            return step
+    return str(phase) if phase in ("setup", "run") else None
+
+
+_STEP_PREFIXES = (
+    ("file sync", "file sync"),
+    ("task environment", "task environment"),
+    ("checkpoint_store", "checkpoint restore"),
+)

@@ -229,6 +229,7 @@ def job_view(session: Session, job: Job, *, with_history: bool = False) -> dict[
                 "pricing": c.pricing,
                 "where": _where(c),
                 "failure": c.failure,
+                "task_failure": c.task_failure if c.failure == "task" else None,
             }
             for c in clusters
         ],

@@ -63,6 +63,9 @@ def cluster_view(
         "failover_history": list(cluster.failover_history),
         "plans": len(doc.plans),
         "exit_code": exit_code(nodes),
+        # where the task failed (FAILED with failure "task"): {rank, state, step, exit_code,
+        # signal, detail}; None otherwise
+        "task_failure": cluster.task_failure if cluster.failure == "task" else None,
         "nodes": [node_view(n) for n in nodes],
     }
     if with_history:

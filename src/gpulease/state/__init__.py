@@ -8,7 +8,7 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``db``          URL, engine, ``session_scope``, ``open_database``
 - ``migrate``     alembic migrations run programmatically (``migrations/``)
 - ``status``      ``set_status``: table-checked compare-and-set with history; timeouts
-- ``claims``      reconcile claims (lock token + expiry) on cluster rows
+- ``claims``      reconcile claims (lock token + expiry) on cluster and job rows; LostRace
 - ``repository``  clusters, launch intents, failover, the server's owner id
 - ``nodes``       node rows, agent tokens, heartbeats
 - ``intents``     ``submit_intent``: intent committed before the side effect
@@ -19,7 +19,15 @@ See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config` a
 :mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and pydantic.
 """
 
-from gpulease.state.claims import Claim, claim, claim_next, release, renew
+from gpulease.state.claims import (
+    Claim,
+    LostRace,
+    check_held,
+    claim,
+    claim_next,
+    release,
+    renew,
+)
 from gpulease.state.db import (
     DatabaseBusy,
     database_url,
@@ -98,6 +106,7 @@ __all__ = [
     "JobStatus",
     "LaunchIntent",
     "LaunchTarget",
+    "LostRace",
     "Node",
     "NodeState",
     "ServerIdentity",
@@ -106,6 +115,7 @@ __all__ = [
     "Timeout",
     "add_event",
     "append_failover",
+    "check_held",
     "claim",
     "claim_next",
     "create_cluster",

@@ -1,9 +1,11 @@
-"""Reconcile claims: a lock token and expiry on a cluster row, so that two reconcile workers never
-process the same cluster at once (the dstack pipeline pattern).
+"""Reconcile claims: a lock token and expiry on a cluster or job row, so that two reconcile
+workers never step the same entity at once (the dstack pipeline pattern), and the one
+"lost the race" exception every loop uses.
 
-Owns :class:`Claim`, :func:`claim`, :func:`claim_next`, :func:`renew`, :func:`release` and
-:func:`claim_guard` (the ``WHERE`` clause that makes a write count only while the claim is held).
-It moves no statuses; it writes only ``clusters.lock_*`` and ``clusters.last_processed_at``.
+Owns :class:`Claim`, :func:`claim`, :func:`claim_next`, :func:`renew`, :func:`release`,
+:func:`claim_guard` (the ``WHERE`` clause that makes a write count only while the claim is held),
+:func:`check_held` and :class:`LostRace`. It moves no statuses; it writes only the ``lock_*`` and
+``last_processed_at`` columns of ``clusters`` and ``jobs``.
 
 A worker claims in a short transaction of its own and commits, does the slow work (provider calls)
 outside any transaction, then writes back guarded by the claim (``set_status(…, claim=c)``) and
@@ -15,27 +17,55 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from sqlalchemy import ColumnElement, CursorResult, and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpulease.state.machines import ClusterStatus
-from gpulease.state.models import Cluster, LaunchIntent, Node
+from gpulease.state.models import Cluster, Job, LaunchIntent, Node
+
+Claimable: TypeAlias = type[Cluster] | type[Job]
+_KINDS: dict[str, Claimable] = {"cluster": Cluster, "job": Job}
+
+
+class LostRace(Exception):
+    """A write found its row moved by another writer (a compare-and-set that matched nothing)
+    or its claim gone. The step stops quietly; the next pass decides again on fresh data."""
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """Proof that ``worker`` holds ``cluster_id`` until ``until`` (clock seconds)."""
+    """Proof that ``worker`` holds the ``kind`` row ``entity_id`` until ``until`` (clock
+    seconds)."""
 
-    cluster_id: int
+    entity_id: int
     worker: str
     token: str
     until: float
+    kind: str = "cluster"  # cluster | job
+
+    @property
+    def model(self) -> Claimable:
+        return _KINDS[self.kind]
+
+    @property
+    def cluster_id(self) -> int:
+        """The claimed cluster (a cluster claim only)."""
+        if self.kind != "cluster":
+            raise TypeError(f"a {self.kind} claim holds no cluster")
+        return self.entity_id
 
 
-def _free(now: float) -> ColumnElement[bool]:
-    return or_(Cluster.lock_token.is_(None), Cluster.lock_expires_at <= now)
+def _kind_of(model: Claimable) -> str:
+    for kind, known in _KINDS.items():
+        if known is model:
+            return kind
+    raise TypeError(f"{model.__name__} rows cannot be claimed")
+
+
+def _free(model: Claimable, now: float) -> ColumnElement[bool]:
+    return or_(model.lock_token.is_(None), model.lock_expires_at <= now)
 
 
 def _rowcount(session: Session, stmt: Any) -> int:
@@ -43,22 +73,29 @@ def _rowcount(session: Session, stmt: Any) -> int:
 
 
 def claim(
-    session: Session, cluster_id: int, worker: str, *, until: float, now: float
+    session: Session,
+    entity_id: int,
+    worker: str,
+    *,
+    until: float,
+    now: float,
+    model: Claimable = Cluster,
 ) -> Claim | None:
-    """Claim the cluster for ``worker`` until ``until`` when nobody holds a live claim on it;
-    None when someone does. Commit before doing the work the claim protects."""
+    """Claim the row for ``worker`` until ``until`` when nobody holds a live claim on it; None
+    when someone does. Commit before doing the work the claim protects."""
     if until <= now:
         raise ValueError("a claim must end after now")
+    kind = _kind_of(model)
     token = secrets.token_hex(16)
     stmt = (
-        update(Cluster)
-        .where(Cluster.id == cluster_id, _free(now))
+        update(model)
+        .where(model.id == entity_id, _free(model, now))
         .values(lock_worker=worker, lock_token=token, lock_expires_at=until)
         .execution_options(synchronize_session="fetch")
     )
     if _rowcount(session, stmt) != 1:
         return None
-    return Claim(cluster_id=cluster_id, worker=worker, token=token, until=until)
+    return Claim(entity_id=entity_id, worker=worker, token=token, until=until, kind=kind)
 
 
 def claim_next(
@@ -75,7 +112,7 @@ def claim_next(
     wanted = statuses or frozenset(ClusterStatus) - {ClusterStatus.TERMINATED}
     stmt = (
         select(Cluster.id)
-        .where(_free(now), Cluster.status.in_(list(wanted)))
+        .where(_free(Cluster, now), Cluster.status.in_(list(wanted)))
         .order_by(func.coalesce(Cluster.last_processed_at, 0.0), Cluster.id)
         .limit(candidates)
     )
@@ -86,37 +123,48 @@ def claim_next(
     return None
 
 
+def _held(held: Claim) -> ColumnElement[bool]:
+    model = held.model
+    return and_(model.id == held.entity_id, model.lock_token == held.token)
+
+
 def renew(session: Session, held: Claim, *, until: float) -> Claim | None:
     """Extend a claim still held (its token unchanged); None when it was lost to another worker."""
     stmt = (
-        update(Cluster)
-        .where(Cluster.id == held.cluster_id, Cluster.lock_token == held.token)
+        update(held.model)
+        .where(_held(held))
         .values(lock_expires_at=until)
         .execution_options(synchronize_session="fetch")
     )
     if _rowcount(session, stmt) != 1:
         return None
-    return Claim(cluster_id=held.cluster_id, worker=held.worker, token=held.token, until=until)
+    return Claim(held.entity_id, held.worker, held.token, until, held.kind)
 
 
 def release(session: Session, held: Claim, *, now: float) -> bool:
     """Give the claim up and stamp ``last_processed_at``; False when it was no longer held."""
     stmt = (
-        update(Cluster)
-        .where(Cluster.id == held.cluster_id, Cluster.lock_token == held.token)
+        update(held.model)
+        .where(_held(held))
         .values(lock_worker=None, lock_token=None, lock_expires_at=None, last_processed_at=now)
         .execution_options(synchronize_session="fetch")
     )
     return _rowcount(session, stmt) == 1
 
 
+def check_held(session: Session, held: Claim) -> None:
+    """Raise :class:`LostRace` unless the claim is still held (call at the start of a
+    transaction whose writes the claim protects but no guarded ``UPDATE`` checks)."""
+    model = held.model
+    if session.scalar(select(model.id).where(_held(held))) is None:
+        raise LostRace(f"the claim on {held.kind} {held.entity_id} is no longer held")
+
+
 def claim_guard(model: type[Any], held: Claim) -> ColumnElement[bool]:
-    """A ``WHERE`` clause true only for rows of the claimed cluster while the claim is held."""
-    if model is Cluster:
-        return and_(Cluster.id == held.cluster_id, Cluster.lock_token == held.token)
-    if model is Node or model is LaunchIntent:
-        held_cluster = exists().where(
-            Cluster.id == held.cluster_id, Cluster.lock_token == held.token
-        )
-        return and_(model.cluster_id == held.cluster_id, held_cluster)
-    raise TypeError(f"no claim guard for {model.__name__}")
+    """A ``WHERE`` clause true only for rows of the claimed entity while the claim is held."""
+    if model is held.model:
+        return _held(held)
+    if held.kind == "cluster" and (model is Node or model is LaunchIntent):
+        held_cluster = exists().where(_held(held))
+        return and_(model.cluster_id == held.entity_id, held_cluster)
+    raise TypeError(f"no claim guard for {model.__name__} under a {held.kind} claim")

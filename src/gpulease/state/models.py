@@ -106,6 +106,8 @@ class Cluster(Base):
     last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
     job_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the managed job it serves
     failure: Mapped[str | None] = mapped_column(String(16))  # FAILED why: infra | task | launch
+    # with failure "task": {rank, state, step, exit_code, signal, detail} of the failed node
+    task_failure: Mapped[dict[str, Any] | None]
     created_at: Mapped[float]
     updated_at: Mapped[float]
 
@@ -231,6 +233,10 @@ class Job(Base):
     pending_stop: Mapped[str | None] = mapped_column(String(16))  # migrate | price | budget
     failure: Mapped[str | None] = mapped_column(String(16))  # task | budget | no_offer | ...
     last_error: Mapped[str | None] = mapped_column(Text)
+    lock_worker: Mapped[str | None] = mapped_column(String(128))  # the reconcile claim
+    lock_token: Mapped[str | None] = mapped_column(String(64))
+    lock_expires_at: Mapped[float | None]
+    last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
     created_at: Mapped[float]
     updated_at: Mapped[float]
 

@@ -21,7 +21,7 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,6 +101,8 @@ class StepTimer:
     The first ``warmup`` steps (compilation, allocator growth, cuDNN autotuning) are not counted.
     ``num_devices`` (default 1) is how many devices process the counted samples: count each
     process's own batch with the default, or the global batch with ``num_devices=world_size``.
+    ``clock`` returns seconds from any fixed origin (default :func:`time.perf_counter`); tests
+    pass a virtual one, e.g. ``VirtualClock().now`` from :mod:`gpulease.clock`.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class StepTimer:
         precision: str = "bf16",
         warmup: int = 2,
         window: int = 100,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if warmup < 0:
             raise UserInputError(f"StepTimer(warmup={warmup}): must be >= 0")
@@ -126,6 +129,7 @@ class StepTimer:
         self.num_devices = 1 if num_devices is None else _check_devices(num_devices)
         self.precision = precision
         self.warmup = warmup
+        self.clock = clock
         self.steps_seen = 0
         self._window: deque[tuple[float, int, int]] = deque(maxlen=window)
         self._part: tuple[str | None] | None = None  # resolved once, on the first throughput()
@@ -139,10 +143,10 @@ class StepTimer:
                 f"StepTimer.step(samples={samples}, tokens={tokens}): must be >= 0"
             )
         _synchronize()
-        start = time.perf_counter()
+        start = self.clock()
         yield
         _synchronize()
-        elapsed = time.perf_counter() - start
+        elapsed = self.clock() - start
         self.steps_seen += 1
         if self.steps_seen > self.warmup:
             self._window.append((elapsed, samples, tokens))

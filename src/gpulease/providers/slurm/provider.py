@@ -9,6 +9,7 @@ must be a directory every compute node sees)::
     requests/<key>/node-<i>/token  the node's agent token (0600; :meth:`node_token`)
     requests/<key>/node-<i>/port   written by the agent once bound
     jobs/<job id>                  → <key>
+    venvs/                         the agents' task environments (``serve --venv-root``)
 
 States it reports (never moves: Slurm owns them): PENDING (queued, or running but the agent has
 not written its port), RUNNING, TERMINATING (completing), TERMINATED (finished, cancelled,
@@ -170,7 +171,7 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
             _write_token_once(node / "token")
         (folder / "batch.sh").write_text(script.batch_script(folder))
         (folder / "node.sh").write_text(
-            script.node_script(folder, self._python, self.settings.agent_host)
+            script.node_script(folder, self._python, self.settings.agent_host, self.root / "venvs")
         )
         job_id = self.cli.submit(request, folder, partition)
         self._record(folder, request, job_id)

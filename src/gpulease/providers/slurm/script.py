@@ -4,8 +4,10 @@ One allocation of ``num_nodes`` nodes; the batch script runs
 ``srun --ntasks-per-node=1 bash node.sh``, so every node of the allocation runs one agent.
 ``node.sh`` picks its node dir from ``SLURM_NODEID`` under the request's dir (a directory every
 node must see: on one machine the provider's root; on a real cluster a shared file system) and
-execs ``python -m gpulease.agent serve`` with the token the provider wrote there and a port file
-the agent writes once bound. Pure functions: nothing here runs a command.
+execs ``python -m gpulease.agent serve`` with the token the provider wrote there, a port file
+the agent writes once bound, and the venv root under the provider's root (task environments,
+shared by every node and allocation that sees that root; see docs/agent.md). Pure functions:
+nothing here runs a command.
 """
 
 from __future__ import annotations
@@ -78,13 +80,17 @@ def batch_script(request_dir: Path) -> str:
     )
 
 
-def node_script(request_dir: Path, python: str, agent_host: str) -> str:
-    """Run on every node by srun: the node's agent, in ``node-$SLURM_NODEID``."""
+def node_script(
+    request_dir: Path, python: str, agent_host: str, venv_root: Path | None = None
+) -> str:
+    """Run on every node by srun: the node's agent, in ``node-$SLURM_NODEID``; its task
+    environments under ``venv_root`` (None: the agent's default, inside the node dir)."""
     root = shlex.quote(str(request_dir))
+    venvs = ["--venv-root", shlex.quote(str(venv_root))] if venv_root is not None else []
     serve = " ".join(
         [shlex.quote(python), "-m", "gpulease.agent", "serve", "--host", shlex.quote(agent_host),
          "--port", "0", "--port-file", '"$node/port"', "--token-file", '"$node/token"',
-         "--node-dir", '"$node/node"', "--node-rank", '"$SLURM_NODEID"']
+         "--node-dir", '"$node/node"', "--node-rank", '"$SLURM_NODEID"', *venvs]
     )  # fmt: skip
     return (
         "#!/bin/bash\n"
