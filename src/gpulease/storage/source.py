@@ -85,7 +85,7 @@ def upload_source(src: Path, step: int) -> UploadSource:
     for name, value in files.items():
         if not (isinstance(name, str) and is_data_name(name) and entry_is_valid(value)):
             raise Permanent(f"checkpoint step {step} in {src}: bad manifest entry {name!r}")
-        if not (src / name).is_file():
+        if not (src / name).exists():
             raise Permanent(f"checkpoint step {step} in {src}: {name} is missing")
     fields = {k: v for k, v in manifest.items() if k not in CORE_FIELDS}
     return UploadSource(src, step, tuple(sorted(files)), fields, dict(files))
