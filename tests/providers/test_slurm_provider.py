@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from gpulease.catalog._catalog import Catalog
-from gpulease.providers.registry import configured_providers, runtime_catalog
 from gpulease.errors import UserInputError
 from gpulease.providers.base import (
     TAG_OWNER,
@@ -26,6 +25,7 @@ from gpulease.providers.base import (
     ProviderError,
     ProviderUnavailable,
 )
+from gpulease.providers.registry import configured_providers, runtime_catalog
 from gpulease.providers.slurm import SlurmProvider, SlurmSettings, script
 from gpulease.providers.slurm.commands import classify, parse_gres
 from gpulease.server.providers import build_providers
