@@ -49,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
         "bench",
         "policy",
         "storage",  # `checkpoints list|verify` inspects a store in process, like `plan`
+        "providers",  # `plan` plans over what this install's providers sell (their offers())
     },
     "server": {
         "spec",

@@ -27,24 +27,31 @@ from tests.awsfixtures import aws_env, moto_server, s3_env  # noqa: F401 - fixtu
 from tests.waiting import wait_until
 
 # A run script: writes checkpoints with the storage API (CheckpointManager's layout), driven by
-# its arguments: "w:N" complete step N, "i:N" step N without manifest, "c:N" step N with a file
-# that no longer matches its manifest, "s:N" wait until the store has step N complete,
-# "f:PATH" wait until PATH exists, "x:CODE" exit with CODE.
+# its arguments: "w:N" complete step N; "i:N" step N cut off before its manifest (it never has
+# one); "c:N" step N with a file that no longer matches its manifest, put in place by a rename
+# (it is never complete in the checkpoint dir, not even for a moment); "s:N" wait until the
+# store has step N complete; "f:PATH" wait until PATH exists; "x:CODE" exit with CODE.
 WRITER = """\
 import os, sys, time
 from pathlib import Path
 from gpulease.storage import LocalStore
 
 local = LocalStore(Path(os.environ["GPULEASE_CHECKPOINT_DIR"]))
+staging = LocalStore(local.root / ".staging")  # same filesystem: a rename is atomic
 store = LocalStore(Path(sys.argv[1]))
 for op in sys.argv[2:]:
     kind, arg = op.split(":", 1)
-    if kind in "wic":
-        local.write(int(arg), {"model.pt": arg.encode() * 100, "extra.pt": b"e"})
+    files = {"model.pt": arg.encode() * 100, "extra.pt": b"e"}
+    if kind == "w":
+        local.write(int(arg), files)
     if kind == "i":
-        (local.path(int(arg)) / "manifest.json").unlink()
+        out = local.writer(int(arg))
+        for name, data in files.items():
+            out.write_bytes(name, data)  # and no out.finish(): no manifest
     if kind == "c":
-        (local.path(int(arg)) / "model.pt").write_bytes(b"changed")
+        staging.write(int(arg), files)
+        (staging.path(int(arg)) / "model.pt").write_bytes(b"changed")
+        staging.path(int(arg)).rename(local.path(int(arg)))
     while kind == "s" and int(arg) not in store.list_complete():
         time.sleep(0.02)
     while kind == "f" and not Path(arg).exists():
@@ -172,8 +179,8 @@ def test_complete_checkpoints_are_uploaded_while_the_job_runs_and_others_never(
     agent: AgentProcess, tmp_path: Path, writer: Path
 ) -> None:
     store = tmp_path / "store"
-    # 1 complete, 2 without manifest; once 1 is in the store: 3 complete, 5 corrupted after
-    # its manifest was written; once 3 is in the store, a few more syncs, then exit 0
+    # 1 complete, 2 cut off before its manifest; once 1 is in the store: 3 complete, 5 with a
+    # file that does not match its manifest; once 3 is in the store, a few more syncs, exit 0
     run = _run(writer, store, "w:1", "i:2", "s:1", "w:3", "c:5", "s:3")
     agent.api.submit(
         task(run=run + "; sleep 0.6", checkpoint_store=str(store), checkpoint_sync_s=0.2)

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from gpulease.catalog._catalog import Catalog
-from gpulease.catalog.runtime import catalog_for, configured_providers, slurm_offers
 from gpulease.errors import UserInputError
 from gpulease.providers.base import (
     TAG_OWNER,
@@ -26,6 +25,7 @@ from gpulease.providers.base import (
     ProviderError,
     ProviderUnavailable,
 )
+from gpulease.providers.registry import configured_providers, runtime_catalog
 from gpulease.providers.slurm import SlurmProvider, SlurmSettings, script
 from gpulease.providers.slurm.commands import classify, parse_gres
 from gpulease.server.providers import build_providers
@@ -166,14 +166,16 @@ def test_a_requeue_is_a_preempted_event(provider: SlurmProvider, slurm_env: str)
     assert not [e for e in provider.poll_events() if e.kind is EventKind.PREEMPTED]
 
 
-def test_offers_come_from_sinfo(slurm_env: str) -> None:  # noqa: F811
-    offers = slurm_offers(Catalog.load(), {"price_per_gpu_hour": 1.5})
+def test_offers_come_from_sinfo(slurm_env: str, tmp_path: Path) -> None:  # noqa: F811
+    provider = SlurmProvider.from_config({"price_per_gpu_hour": 1.5}, tmp_path)
+    offers = provider.offers(Catalog.load()).table
     assert set(offers.gpu_count.tolist()) == {1, 2, 4}
     assert set(offers.zone.tolist()) == {"gpu"} and set(offers.provider.tolist()) == {"slurm"}
     assert sorted(offers.price_on_demand.tolist()) == [1.5, 3.0, 6.0]
     assert "slurm" in configured_providers({})  # SLURM_CONF alone enables slurm
-    assert "slurm" in set(catalog_for(configured_providers({})).offers.provider.tolist())
-    assert isinstance(build_providers({})["slurm"], SlurmProvider)
+    sellers = build_providers({})
+    assert isinstance(sellers["slurm"], SlurmProvider)
+    assert "slurm" in set(runtime_catalog(sellers).offers.provider.tolist())
 
 
 def test_a_node_failure_is_a_preempted_event(provider: SlurmProvider, slurm_env: str) -> None:  # noqa: F811

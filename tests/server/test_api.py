@@ -13,8 +13,11 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from gpulease.catalog import Catalog
 from gpulease.clock import VirtualClock
 from gpulease.controller import LaunchDocument
+from gpulease.providers.base import ProviderOffers, SupportsOffers
+from gpulease.providers.local import LocalProvider
 from gpulease.server.api import create_app
 from gpulease.server.service import ClusterService
 from gpulease.state import get_cluster_by_name, make_engine, session_scope
@@ -38,9 +41,16 @@ def engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:  # noqa: 
     eng.dispose()
 
 
+class SellingFake(FakeProvider, SupportsOffers):
+    """The launch double, selling what the real local provider sells (this machine)."""
+
+    def offers(self, catalog: Catalog) -> ProviderOffers:
+        return LocalProvider(Path("/nonexistent")).offers(catalog)
+
+
 @pytest.fixture
 def http(engine: Engine) -> TestClient:
-    provider = FakeProvider(name="local")
+    provider = SellingFake(name="local")
     service = ClusterService(engine, {"local": provider}, FakeAgents(), settings={"local": {}},
                              clock=VirtualClock(), owner="gl-test")  # fmt: skip
     client = TestClient(create_app(service, SecretStr(TOKEN)))

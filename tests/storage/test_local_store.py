@@ -16,6 +16,7 @@ from gpulease.storage import (
     LocalStore,
     entry_matches,
     file_digest,
+    inspect_checkpoints,
     read_manifest,
     store_from_url,
     verify_dir,
@@ -161,3 +162,41 @@ def test_writer_transform_and_trailer_are_hashed_as_written(tmp_path: Path) -> N
         handle.write(b"abc")
     assert (store.path(1) / "x.bin").read_bytes() == b"HDRABC!"
     assert verify_dir(store.path(1))
+
+
+def test_upload_of_a_checkpoint_keeps_its_manifest_fields_and_sends_only_its_files(
+    tmp_path: Path,
+) -> None:
+    src = LocalStore(tmp_path / "run")
+    with src.writer(4, {"format": "dcp", "world_size": 2}) as out:
+        out.write_bytes(".metadata", b"dcp")
+        out.write_bytes("__0_0.distcp", b"shard")
+    (src.path(4) / "stray.pt").write_bytes(b"not in the manifest")
+    store = LocalStore(tmp_path / "store")
+    store.upload(4, src.path(4))
+    manifest, original = read_manifest(store.path(4)), read_manifest(src.path(4))
+    assert manifest is not None and original is not None
+    assert (manifest["format"], manifest["world_size"]) == ("dcp", 2)
+    assert manifest["files"] == original["files"]
+    assert sorted(p.name for p in store.path(4).iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        MANIFEST,
+    ]
+    info = {i.step: i for i in inspect_checkpoints(f"local://{store.root}")}[4]
+    assert (info.status, info.format, info.world_size) == ("complete", "dcp", 2)
+
+
+def test_upload_refuses_a_checkpoint_that_is_not_complete(tmp_path: Path) -> None:
+    src = LocalStore(tmp_path / "run")
+    src.write(5, {"a.pt": b"a", "b.pt": b"b"})
+    store = LocalStore(tmp_path / "store")
+    (src.path(5) / "b.pt").unlink()
+    with pytest.raises(Permanent, match=r"b\.pt is missing"):
+        store.upload(5, src.path(5))
+    (src.path(5) / "b.pt").write_bytes(b"B")  # same size, other bytes
+    with pytest.raises(Permanent, match=r"b\.pt does not match its manifest"):
+        store.upload(5, src.path(5))
+    assert store.all_steps() == []  # nothing left of either attempt
+    with pytest.raises(UserInputError, match="already that step"):
+        src.upload(5, src.path(5))

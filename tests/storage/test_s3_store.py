@@ -24,6 +24,7 @@ from gpulease.storage import (
     S3Store,
     store_from_url,
     verify_dir,
+    write_manifest,
 )
 from gpulease.storage.s3 import MIB
 from tests.awsfixtures import aws_client, fresh_default_session
@@ -105,8 +106,7 @@ def test_round_trip_is_byte_exact_with_a_verified_manifest(
 
 def test_extra_fields_of_the_source_manifest_are_kept(s3_env: str, tmp_path: Path) -> None:
     src = _src(tmp_path, {"model.pt": b"m"})
-    local = {"version": 1, "step": 6, "world_size": 4, "files": {"gone.pt": {}}}
-    (src / MANIFEST).write_text(json.dumps(local))
+    write_manifest(src, 6, ["model.pt"], {"world_size": 4})
     store = S3Store(s3_env, "ck")
     store.upload(6, src)
     store.upload(7, src)  # a manifest of another step: nothing carried

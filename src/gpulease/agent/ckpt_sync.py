@@ -16,8 +16,11 @@ Owns what the agent does with ``TaskSubmission.checkpoint_store``:
   store may have pruned them). Each is first snapshotted — hard links (copies across
   filesystems) of the files its manifest lists, into a private scratch dir — and uploaded only
   when the snapshot verifies, so a checkpoint still being written (no manifest, or files that do
-  not match it) is never uploaded, and a rewrite during the upload cannot mix two versions
-  (the checkpoint writers replace files by rename, never in place).
+  not match it) is never uploaded, and a rewrite by rename during the upload cannot mix two
+  versions. The store checks every file it sends against the snapshot's manifest, so a file
+  changed in place (which a hard link shares) fails the upload instead of reaching the store.
+  Then the store's incomplete steps (uploads cut off) older than its newest complete one are
+  deleted — all of them at the final sync.
 - :meth:`CheckpointSync.finish`: the final sync once the run phase ended, bounded by a timeout so
   a hung store cannot keep the task from ending.
 - :class:`SyncStatus`: what the task's status reports under ``checkpoint``.
@@ -302,9 +305,9 @@ class CheckpointSync:
             self.sync_once(final=True)
 
     def sync_once(self, *, final: bool = False) -> None:
-        """Upload what the store lacks; record the outcome. Never raises."""
+        """Upload what the store lacks, remove cut-off uploads; record the outcome. Never raises."""
         try:
-            uploaded = self._upload_new()
+            uploaded = self._upload_new(final=final)
         except Exception as exc:
             self._note_error(f"checkpoint sync to {self.url} failed ({_why(exc)})")
             return
@@ -314,7 +317,7 @@ class CheckpointSync:
             self._last_error = None
         self._update(last_sync_at=self._clock.now(), error=None)
 
-    def _upload_new(self) -> list[int]:
+    def _upload_new(self, *, final: bool) -> list[int]:
         remote = self.store.list_complete()
         newest = remote[-1] if remote else None
         candidates = [
@@ -323,11 +326,23 @@ class CheckpointSync:
             if (newest is None or step > newest) and self.local.has_manifest(step)
         ]
         done = [step for step in candidates if self._upload_step(step)]
+        latest = max([*remote[-1:], *done], default=None)
         self._update(
-            store_latest_step=max([*remote[-1:], *done], default=None),
+            store_latest_step=latest,
             last_uploaded_step=max(done, default=self.status.last_uploaded_step),
         )
+        self._remove_incomplete(latest, everything=final)
         return done
+
+    def _remove_incomplete(self, latest: int | None, *, everything: bool) -> None:
+        """Delete the store's incomplete steps (uploads cut off: a killed agent, a store that
+        failed mid-upload) older than its newest complete one; at the final sync (the run is
+        over: nothing else writes), all of them. A newer one may be an upload in progress — the
+        job's own ``CheckpointManager(store=…)`` — and is replaced when that step is uploaded."""
+        for step in self.store.list_incomplete():
+            if everything or (latest is not None and step < latest):
+                self.store.delete(step)
+                self._log(f"removed incomplete checkpoint step {step} from {self.url}")
 
     def _upload_step(self, step: int) -> bool:
         """Upload a verified snapshot of ``step``; False when it is not complete (yet)."""

@@ -31,9 +31,14 @@ def plan(
     """Plan a task: what to rent, where, how long it takes and what it costs."""
     import warnings
 
-    from gpulease.catalog.runtime import catalog_for, configured_providers
     from gpulease.config import load_config
     from gpulease.optimizer import plan_all
+    from gpulease.providers.registry import (
+        SELLERS,
+        build_providers,
+        configured_providers,
+        runtime_catalog,
+    )
     from gpulease.spec import load_task_with_warnings
 
     task, spec_warnings = load_task_with_warnings(task_file)
@@ -41,9 +46,10 @@ def plan(
     providers = configured_providers(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        sellers = build_providers(config, only=SELLERS)
         result = plan_all(
             task,
-            catalog=catalog_for(providers),
+            catalog=runtime_catalog(sellers),
             objective=objective,
             top=top,
             launchable=frozenset(providers),

@@ -57,14 +57,15 @@ class NodeRecord:
 
 class Registry:
     def __init__(self, root: Path) -> None:
+        # made on first use: a provider built only to ask for its offers writes nothing
         self.dir = root / "instances"
-        self.dir.mkdir(parents=True, exist_ok=True)
         self._lock_path = root / ".lock"
         self._thread_lock = threading.RLock()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Exclusive across threads and processes (``flock`` on a lock file)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         with self._thread_lock, open(self._lock_path, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:

@@ -14,7 +14,7 @@ confirmation comes from a later ``list_instances`` that no longer shows the inst
 TERMINATED); launch errors are typed (:class:`CapacityError` → try elsewhere, :class:`QuotaError`,
 :class:`ProviderUnavailable` → retry later). Optional capabilities are mixins checked with
 ``isinstance`` (:class:`SupportsStopStart`, :class:`SupportsSpot`, :class:`SupportsMultiNode`,
-:class:`SupportsNodeToken`, :class:`SupportsSpotMarket`).
+:class:`SupportsNodeToken`, :class:`SupportsSpotMarket`, :class:`SupportsOffers`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,17 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
 from gpulease.clock import Clock
 from gpulease.errors import Permanent, Retryable
 from gpulease.providers.ssh import SshTarget
+
+if TYPE_CHECKING:
+    from gpulease.catalog import Catalog
+    from gpulease.catalog.types import AcceleratorSpec, OfferTable
 
 TAG_CLUSTER = "gpulease-cluster"
 TAG_OWNER = "gpulease-owner"
@@ -213,3 +217,23 @@ class SupportsSpotMarket(ABC):
     @abstractmethod
     def market_clock(self) -> Clock:
         """The clock the provider's prices, preemptions and spot availability follow."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderOffers:
+    """What a provider sells now beyond the public catalog: offers, and the specs of parts the
+    catalog does not know (the local CPU part)."""
+
+    table: OfferTable
+    specs: Mapping[str, AcceleratorSpec] = field(default_factory=dict)
+
+
+class SupportsOffers(ABC):
+    """The provider says itself what it sells (this machine, a simulated cloud, a Slurm
+    cluster's partitions) through its own backends; a provider without it sells what the public
+    catalog lists under its name (aws). Must not fail: a backend that does not answer sells
+    nothing (and says so in the log)."""
+
+    @abstractmethod
+    def offers(self, catalog: Catalog) -> ProviderOffers:
+        """The offers now; ``catalog`` gives the accelerator specs (and the sim's offers)."""

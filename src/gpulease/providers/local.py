@@ -40,7 +40,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -60,12 +60,17 @@ from gpulease.providers.base import (
     Provider,
     ProviderError,
     ProviderEvent,
+    ProviderOffers,
     ProviderUnavailable,
     QuotaError,
     SupportsMultiNode,
     SupportsNodeToken,
+    SupportsOffers,
     SupportsStopStart,
 )
+
+if TYPE_CHECKING:
+    from gpulease.catalog import Catalog
 
 AGENT_HOST = "127.0.0.1"
 _S = InstanceState
@@ -73,7 +78,9 @@ _LIVE = {_S.PENDING, _S.RUNNING}
 _children: list[subprocess.Popen[bytes]] = []  # agents we started: reaped on every call
 
 
-class LocalProvider(Provider, SupportsStopStart, SupportsMultiNode, SupportsNodeToken):
+class LocalProvider(
+    Provider, SupportsStopStart, SupportsMultiNode, SupportsNodeToken, SupportsOffers
+):
     name = "local"
 
     def __init__(
@@ -82,14 +89,17 @@ class LocalProvider(Provider, SupportsStopStart, SupportsMultiNode, SupportsNode
         *,
         clock: Clock | None = None,
         gpus: int | None = None,
+        accelerator: str = "T4",
         python: str = sys.executable,
         boot_wait_s: float = 3.0,
         kill_grace_s: float = 2.0,
         keep_terminated_s: float = 86400.0,
     ) -> None:
-        """``gpus``: how many fake GPUs the machine has (None: as many as asked for)."""
+        """``gpus``: how many fake GPUs the machine has (None: as many as asked for; it then
+        sells none); ``accelerator``: what they are called in the catalog."""
         self.root = root
         self.gpus = gpus
+        self.accelerator = accelerator
         self._clock = clock or SystemClock()
         self._python = python
         self._boot_wait_s = boot_wait_s
@@ -101,14 +111,20 @@ class LocalProvider(Provider, SupportsStopStart, SupportsMultiNode, SupportsNode
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None = None, **kw: Any) -> LocalProvider:
-        """From the ``providers.local`` section of the config file (``root``, ``gpus``)."""
+        """From the ``providers.local`` section of the config file (``root``, ``gpus``,
+        ``accelerator``)."""
         section = (load_config() if config is None else config).get("providers", {}) or {}
         local = section.get("local", {}) or {}
         gpus = local.get("gpus")
         if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0):
             raise UserInputError(f"providers.local.gpus: a whole number >= 0, not {gpus!r}")
+        accelerator = local.get("accelerator", "T4")
+        if not isinstance(accelerator, str) or not accelerator:
+            raise UserInputError(
+                f"providers.local.accelerator: a name like T4, not {accelerator!r}"
+            )
         root = Path(local.get("root", home() / "local")).expanduser()
-        return cls(root, gpus=gpus, **kw)
+        return cls(root, gpus=gpus, accelerator=accelerator, **kw)
 
     # ---- the Provider contract ---------------------------------------------------------------
 
@@ -164,6 +180,29 @@ class LocalProvider(Provider, SupportsStopStart, SupportsMultiNode, SupportsNode
                 if state is _S.STOPPED:
                     self._spawn(record)
         self._wait_for_boot(instance_ids)
+
+    # ---- SupportsOffers --------------------------------------------------------------------------
+
+    def offers(self, catalog: Catalog) -> ProviderOffers:
+        """This machine: CPU only (``local-cpu``) and, with fake GPUs, one shape per
+        power-of-two GPU count up to ``gpus`` — at price 0, region ``local``."""
+        from gpulease.catalog.runtime import CPU_SPEC, LOCAL_CPU_PART, offer_row, offer_table
+
+        rows = [offer_row("local", "local-cpu", accelerator="CPU", part=LOCAL_CPU_PART)]
+        if self.gpus:
+            parts = catalog.parts_of(self.accelerator)
+            if not parts:
+                raise UserInputError(
+                    f"providers.local.accelerator: unknown accelerator {self.accelerator!r}"
+                )
+            spec = parts[0]
+            count = 1
+            while count <= self.gpus:
+                name = f"local-{spec.name}x{count}"
+                rows.append(offer_row("local", name, accelerator=spec.name, part=spec.part,
+                                      gpus=count, memory=spec.memory_gb))  # fmt: skip
+                count *= 2
+        return ProviderOffers(offer_table(rows), {LOCAL_CPU_PART: CPU_SPEC})
 
     # ---- SupportsNodeToken ---------------------------------------------------------------------
 

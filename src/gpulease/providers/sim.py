@@ -23,10 +23,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import SecretStr
 
+from gpulease.catalog.types import OfferTable
 from gpulease.clock import Clock, ScaledClock
 from gpulease.providers.base import (
     TAG_REQUEST,
@@ -37,13 +39,18 @@ from gpulease.providers.base import (
     LaunchRequest,
     Provider,
     ProviderEvent,
+    ProviderOffers,
     SupportsMultiNode,
     SupportsNodeToken,
+    SupportsOffers,
     SupportsSpot,
     SupportsSpotMarket,
 )
 from gpulease.providers.local import LocalProvider
 from gpulease.providers.sim_cloud import SimCloud, SimSettings
+
+if TYPE_CHECKING:
+    from gpulease.catalog import Catalog
 
 
 @dataclass
@@ -81,7 +88,9 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, SupportsSpotMarket):
+class SimProvider(
+    Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, SupportsSpotMarket, SupportsOffers
+):
     name = "sim"
 
     def __init__(
@@ -94,8 +103,8 @@ class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, 
     ) -> None:
         self.root = root
         self.settings = settings or SimSettings()
-        self.clock = clock or _load_clock(root / "clock.json", self.settings.time_scale)
-        self.cloud = SimCloud(self.settings, start=self.clock.now())
+        self._clock = clock
+        self._cloud: SimCloud | None = None
         self.nodes = nodes or LocalProvider(root / "local")
         self._path = root / "sim.json"
         self._lock = threading.Lock()
@@ -106,6 +115,28 @@ class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, 
     def from_config(cls, config: Mapping[str, Any], root: Path) -> SimProvider:
         """From the ``providers.sim`` config section (see :class:`SimSettings`)."""
         return cls(root, settings=SimSettings.from_mapping(config, where="providers.sim"))
+
+    @property
+    def clock(self) -> Clock:
+        """The sim clock, read (or started) on first use, so building the provider only to ask
+        for its offers (``gpulease plan``) writes nothing."""
+        if self._clock is None:
+            self._clock = _load_clock(self.root / "clock.json", self.settings.time_scale)
+        return self._clock
+
+    @property
+    def cloud(self) -> SimCloud:
+        if self._cloud is None:
+            self._cloud = SimCloud(self.settings, start=self.clock.now())
+        return self._cloud
+
+    def offers(self, catalog: Catalog) -> ProviderOffers:
+        """The catalog's own offers — same regions, zones, shapes, prices and interruption
+        bands — under the provider name ``sim``."""
+        columns = catalog.offers.column_dict()
+        columns["provider"] = np.full(len(catalog.offers), "sim")
+        columns["source"] = np.char.add("sim of ", catalog.offers.source.astype(str))
+        return ProviderOffers(OfferTable.from_columns(columns))
 
     # ---- the Provider contract ---------------------------------------------------------------
 

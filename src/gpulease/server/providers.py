@@ -16,36 +16,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulease.providers.base import Provider
+from gpulease.providers.registry import build_providers as build
+from gpulease.providers.registry import configured_providers
 
 
 def provider_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Settings per configured provider (``local`` is always configured)."""
-    from gpulease.catalog.runtime import configured_providers
-
     return configured_providers(config)
 
 
 def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:
-    from gpulease.config import home
-    from gpulease.providers.local import LocalProvider
-
-    providers: dict[str, Provider] = {"local": LocalProvider.from_config(config)}
-    sim = provider_settings(config).get("sim")
-    if sim is not None:
-        from gpulease.providers.sim import SimProvider
-
-        providers["sim"] = SimProvider.from_config(sim, home() / "sim")
-    aws = provider_settings(config).get("aws")
-    if aws is not None:
-        from gpulease.providers.aws import AwsProvider
-
-        providers["aws"] = AwsProvider.from_config(aws, home() / "aws")
-    slurm = provider_settings(config).get("slurm")
-    if slurm is not None:
-        from gpulease.providers.slurm import SlurmProvider
-
-        providers["slurm"] = SlurmProvider.from_config(slurm, home() / "slurm")
-    return providers
+    """Every configured provider (:func:`gpulease.providers.registry.build_providers`)."""
+    return build(config)
 
 
 def describe(

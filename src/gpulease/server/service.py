@@ -18,13 +18,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from gpulease.catalog.runtime import catalog_for
 from gpulease.clock import Clock
 from gpulease.controller import LaunchDocument, NodeRef
 from gpulease.controller.document import cluster_task_id
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsSsh, SupportsStopStart
+from gpulease.providers.registry import runtime_catalog
 from gpulease.server.planning import launch_targets
 from gpulease.server.tasks import take_task
 from gpulease.server.views import cluster_view
@@ -144,7 +144,7 @@ class ClusterService:
     def catalog(self) -> Any:
         with self._catalog_lock:
             if self._catalog is None:
-                self._catalog = catalog_for(self.settings)
+                self._catalog = runtime_catalog(self.providers)
             return self._catalog
 
     def list(self) -> list[dict[str, Any]]:

@@ -61,12 +61,14 @@ def _local_info(store: LocalStore, step: int) -> CheckpointInfo:
 def inspect_store(store: CheckpointStore) -> list[CheckpointInfo]:
     """Every checkpoint step of ``store``, oldest first.
 
-    A local store reports every step directory with its status; other stores (S3) list only
-    their complete steps.
+    A local store reports every step directory with its status; other stores (S3) list their
+    complete and incomplete steps (an upload cut off), without details.
     """
     if isinstance(store, LocalStore):
         return [_local_info(store, step) for step in store.all_steps()]
-    return [CheckpointInfo(step, "complete") for step in store.list_complete()]
+    infos = [CheckpointInfo(step, "complete") for step in store.list_complete()]
+    infos += [CheckpointInfo(step, "incomplete") for step in store.list_incomplete()]
+    return sorted(infos, key=lambda info: info.step)
 
 
 def inspect_checkpoints(location: str | Path) -> list[CheckpointInfo]:

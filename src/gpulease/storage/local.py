@@ -1,4 +1,10 @@
-""":class:`LocalStore`: checkpoints as ``ROOT/step-<N>/`` directories on a local filesystem."""
+""":class:`LocalStore`: checkpoints as ``ROOT/step-<N>/`` directories on a local filesystem.
+
+A step directory moves from absent to *incomplete* (data files, renamed into place one by one) to
+*complete* (its manifest, written last); :meth:`LocalStore.delete` takes the manifest away first.
+An upload that fails removes what it wrote; one whose process is killed leaves an incomplete
+step, which no reader takes and which :meth:`LocalStore.list_incomplete` names for clean-up.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulease.errors import Permanent
-from gpulease.storage.manifest import (
-    MANIFEST,
-    fsync_dir,
-    is_data_name,
-    read_manifest,
-    verify_dir,
-    write_atomic,
-    write_manifest,
-)
+from gpulease.errors import Permanent, UserInputError
+from gpulease.storage.digest import BLOCK
+from gpulease.storage.manifest import MANIFEST, is_data_name, read_manifest, verify_dir
+from gpulease.storage.source import UploadSource, upload_source
 from gpulease.storage.writer import CheckpointWriter
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -39,18 +39,29 @@ class LocalStore:
         return self.root / step_dir_name(step)
 
     def upload(self, step: int, src: Path) -> None:
-        """Copy every regular file of ``src`` (except a manifest) atomically; manifest last."""
+        """Copy ``src`` as checkpoint ``step``: each file atomically, hashed as it is copied,
+        the manifest last (what is sent and checked: :mod:`gpulease.storage.source`).
+
+        An old copy of ``step`` is deleted first. When the copy fails (a file that does not match
+        ``src``'s manifest, an I/O error) what was written is removed and the error raised.
+        """
+        source = upload_source(Path(src), step)
         dest = self.path(step)
-        if dest.exists():
-            shutil.rmtree(dest)
+        if dest.resolve() == source.directory.resolve():
+            raise UserInputError(
+                f"checkpoint step {step}: {src} is already that step of {self.root}"
+            )
+        self.delete(step)
         dest.mkdir(parents=True)
-        names = []
-        for item in sorted(Path(src).iterdir()):
-            if item.is_file() and is_data_name(item.name):
-                write_atomic(dest / item.name, item.read_bytes())
-                names.append(item.name)
-        write_manifest(dest, step, names)
-        fsync_dir(self.root)
+        out = CheckpointWriter(dest, step, source.fields)
+        try:
+            for name in source.names:
+                _copy_checked(source, name, out)
+            out.finish()
+        except BaseException:
+            out.abort()
+            self.delete(step)
+            raise
 
     def writer(self, step: int, fields: Mapping[str, Any] | None = None) -> CheckpointWriter:
         """Start checkpoint ``step`` afresh (any old directory of that step is removed).
@@ -96,6 +107,11 @@ class LocalStore:
         """Steps whose manifest and checksums verify, oldest first."""
         return [s for s in self.all_steps() if self.is_complete(s)]
 
+    def list_incomplete(self) -> list[int]:
+        """Step directories without a manifest for their step (a write or an upload cut off,
+        or a delete), oldest first; no hashing. Never read; safe to delete."""
+        return [s for s in self.all_steps() if not self.has_manifest(s)]
+
     def download(self, step: int, dest: Path) -> None:
         """Copy checkpoint ``step`` (manifest included) into ``dest`` and verify the copy."""
         src = self.path(step)
@@ -116,3 +132,12 @@ class LocalStore:
             return
         (directory / MANIFEST).unlink(missing_ok=True)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _copy_checked(source: UploadSource, name: str, out: CheckpointWriter) -> None:
+    """Copy ``name`` into ``out`` (temp name, hashed as written, fsync, rename); then check the
+    bytes written against ``source``'s manifest."""
+    with out.open(name) as handle, open(source.path(name), "rb", buffering=0) as fh:
+        while chunk := fh.read(BLOCK):
+            handle.write(chunk)
+    source.check(name, str(handle.digest), handle.size, handle.path)  # digest: set by close

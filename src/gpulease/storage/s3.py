@@ -9,6 +9,9 @@ is *complete*, and the translation of boto3 errors into :mod:`gpulease.errors`:
 - A step is complete when its manifest exists, parses, names that step, and every listed object
   exists with the listed size (one ListObjectsV2 listing); :meth:`S3Store.download` also checks
   the sha256 of every file it fetches and writes the local manifest last.
+- An upload that fails deletes what it sent (when S3 can still be reached); one whose process is
+  killed leaves objects without a manifest: incomplete, never listed or downloaded, and named by
+  :meth:`S3Store.list_incomplete` so the next sync or prune deletes them.
 
 boto3 is the optional extra ``gpulease[aws]``; it is imported when an :class:`S3Store` is built,
 never when :mod:`gpulease.storage` is imported.
@@ -26,13 +29,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.storage.digest import entry, entry_is_valid, entry_matches, file_digest
-from gpulease.storage.manifest import (
-    MANIFEST,
-    is_data_name,
-    new_manifest,
-    read_manifest,
-    write_atomic,
-)
+from gpulease.storage.manifest import MANIFEST, is_data_name, new_manifest, write_atomic
+from gpulease.storage.source import UploadSource, file_identity, upload_source
 
 if TYPE_CHECKING:
     from boto3.s3.transfer import TransferConfig
@@ -51,7 +49,6 @@ _DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 _BUCKET = re.compile(r"^[A-Za-z0-9._-]{1,255}$")  # what botocore accepts as a bucket name
 _MAX_PREFIX_BYTES = 512  # S3 keys are at most 1024 bytes; leave room for step-<N>/<file>
 _STEP_KEY = re.compile(r"^step-(0|[1-9][0-9]*)/([^/]+)$")
-_CORE_FIELDS = {"version", "step", "checksum", "files"}
 _RETRYABLE_CODES = {
     "SlowDown",
     "Throttling",
@@ -150,20 +147,6 @@ def _sizes_match(manifest: dict[str, Any], sizes: dict[str, int]) -> bool:
     return all(sizes.get(name) == entry["size"] for name, entry in files.items())
 
 
-def _carried_fields(src: Path, step: int) -> dict[str, Any]:
-    """Extra fields of ``src``'s own manifest (when it is one for ``step``), kept in S3's."""
-    manifest = read_manifest(src)
-    if manifest is None or manifest["step"] != step:
-        return {}
-    return {k: v for k, v in manifest.items() if k not in _CORE_FIELDS}
-
-
-def _data_files(src: Path) -> list[Path]:
-    if not src.is_dir():
-        raise UserInputError(f"checkpoint source {src} is not a directory")
-    return sorted(p for p in src.iterdir() if p.is_file() and is_data_name(p.name))
-
-
 class S3Store:
     """A :class:`~gpulease.storage.CheckpointStore` in ``s3://bucket/prefix``.
 
@@ -225,28 +208,38 @@ class S3Store:
     # -- the protocol ---------------------------------------------------------------------
 
     def upload(self, step: int, src: Path) -> None:
-        """Upload the data files of ``src`` as checkpoint ``step``, then its manifest.
+        """Upload ``src`` as checkpoint ``step``: its data files, then its manifest.
 
         An existing copy of ``step`` is deleted first (its manifest first of all), so a step that
-        is half replaced is incomplete, never a mix of two uploads. Extra fields of ``src``'s own
-        manifest for ``step`` are kept; its file entries are recomputed from the files sent.
+        is half replaced is incomplete, never a mix of two uploads. What is sent and checked is
+        :mod:`gpulease.storage.source`'s rule: a file that does not match ``src``'s manifest or
+        changes while it is sent fails the upload before any manifest is written. After a
+        failure the objects sent are deleted (best effort: a store that cannot be reached keeps
+        them, an incomplete step that :meth:`list_incomplete` names).
         """
-        files = _data_files(Path(src))
-        fields = _carried_fields(Path(src), step)
+        source = upload_source(Path(src), step)
         self.delete(step)
-        entries: dict[str, Any] = {}
-        for path in files:
-            digest, size = file_digest(path)
-            self._put_file(path, self.key(step, path.name))
-            entries[path.name] = entry(digest, size)
-        manifest = new_manifest(step, entries, fields)
-        self._put_bytes(self.key(step, MANIFEST), json.dumps(manifest, indent=1).encode())
-        log.debug("uploaded checkpoint step %d to %s (%d files)", step, self.url, len(files))
+        try:
+            entries = {name: self._put_checked(source, name) for name in source.names}
+            manifest = new_manifest(step, entries, source.fields)
+            self._put_bytes(self.key(step, MANIFEST), json.dumps(manifest, indent=1).encode())
+        except Exception:
+            self._forget(step)
+            raise
+        log.debug("uploaded checkpoint step %d to %s (%d files)", step, self.url, len(entries))
 
     def list_complete(self) -> list[int]:
         """Steps whose manifest is valid and whose objects all exist with the listed sizes."""
         by_step = self._objects_by_step()
         return [s for s in sorted(by_step) if self._is_complete(s, by_step[s])]
+
+    def list_incomplete(self) -> list[int]:
+        """Steps with objects but no valid manifest for their step (an upload cut off, or a
+        delete), oldest first. Never read; safe to delete."""
+        by_step = self._objects_by_step()
+        return [
+            s for s in sorted(by_step) if MANIFEST not in by_step[s] or not self._read_manifest(s)
+        ]
 
     def download(self, step: int, dest: Path) -> None:
         """Fetch checkpoint ``step`` into ``dest``, check every sha256, write the manifest last.
@@ -282,6 +275,26 @@ class S3Store:
             self._delete_keys(keys[start : start + _DELETE_BATCH])
 
     # -- S3 calls -------------------------------------------------------------------------
+
+    def _put_checked(self, source: UploadSource, name: str) -> dict[str, Any]:
+        """Hash, check and send one file of ``source``; its manifest entry."""
+        path = source.path(name)
+        before = file_identity(path)
+        digest, size = file_digest(path)
+        source.check(name, digest, size, path)
+        self._put_file(path, self.key(source.step, name))
+        if file_identity(path) != before:
+            raise source.changed(name)
+        return entry(digest, size)
+
+    def _forget(self, step: int) -> None:
+        """After a failed upload: delete what was sent of ``step``, if S3 lets us."""
+        try:
+            self.delete(step)
+        except Exception as exc:  # the upload's own error is the one raised
+            log.debug(
+                "could not remove the failed upload of step %d from %s: %s", step, self.url, exc
+            )
 
     def _sse_args(self) -> dict[str, str]:
         if self.sse_kms_key_id is None:

@@ -13,10 +13,20 @@ class CheckpointStore(Protocol):
     """Where complete checkpoints live, keyed by step."""
 
     def upload(self, step: int, src: Path) -> None:
-        """Copy the data files of directory ``src`` as checkpoint ``step``; manifest last."""
+        """Copy the data files of directory ``src`` as checkpoint ``step``; manifest last.
+
+        When ``src`` has a manifest for ``step``, exactly its files are sent and each must match
+        it; its extra fields are kept. A failed upload leaves no complete step (and, when it
+        can, nothing at all); a killed one leaves an incomplete step.
+        """
 
     def list_complete(self) -> list[int]:
         """Steps whose manifest and checksums verify, oldest first."""
+        ...
+
+    def list_incomplete(self) -> list[int]:
+        """Steps with data but no manifest for that step (an upload or a delete cut off),
+        oldest first. Readers never take them; a sync or prune deletes them."""
         ...
 
     def download(self, step: int, dest: Path) -> None:

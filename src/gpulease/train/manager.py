@@ -308,6 +308,9 @@ class CheckpointManager:
         if self.remote is not None:
             for step in self.remote.list_complete()[: -self.keep]:
                 self.remote.delete(step)
+            for step in self.remote.list_incomplete():  # uploads cut off (a killed process)
+                if step < just_written:
+                    self.remote.delete(step)
 
     # -- restoring ------------------------------------------------------------------------
 

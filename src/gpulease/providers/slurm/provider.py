@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -42,19 +42,35 @@ from gpulease.providers.base import (
     Provider,
     ProviderError,
     ProviderEvent,
+    ProviderOffers,
     SupportsMultiNode,
     SupportsNodeToken,
+    SupportsOffers,
 )
 from gpulease.providers.slurm import mapping, script
 from gpulease.providers.slurm.commands import SlurmBackend, SlurmCli
+from gpulease.providers.slurm.offers import slurm_offers
 from gpulease.providers.slurm.rest import SlurmRest
 from gpulease.providers.slurm.settings import SlurmSettings
 
+if TYPE_CHECKING:
+    from gpulease.catalog import Catalog
+
 _S = InstanceState
 Job = Mapping[str, Any]
+OFFERS_TIMEOUT_S = 5.0
 
 
-class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
+def backend_for(
+    settings: SlurmSettings, *, clock: Clock | None = None, timeout_s: float = 20.0,
+    attempts: int = 4,
+) -> SlurmBackend:  # fmt: skip
+    """slurmrestd when ``rest_url`` is set, else the commands (locally or over ssh)."""
+    kind = SlurmRest if settings.rest_url else SlurmCli
+    return kind(settings, clock=clock, timeout_s=timeout_s, attempts=attempts)
+
+
+class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken, SupportsOffers):
     name = "slurm"
 
     def __init__(
@@ -68,11 +84,9 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
     ) -> None:
         self.settings = settings or SlurmSettings.from_mapping({})
         self.root = Path(self.settings.root).expanduser() if self.settings.root else root
-        self.cli: SlurmBackend = cli or (
-            SlurmRest(self.settings, clock=clock)
-            if self.settings.rest_url
-            else SlurmCli(self.settings, clock=clock)
-        )
+        self.cli: SlurmBackend = cli or backend_for(self.settings, clock=clock)
+        # offers are asked for while planning: one quick try, never the retries of a launch
+        self._quick: SlurmBackend | None = cli
         self._clock = clock or SystemClock()
         self._python = python
         self._seen: dict[str, InstanceState] = {}
@@ -84,6 +98,13 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken):
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None, root: Path, **kw: Any) -> SlurmProvider:
         return cls(root, SlurmSettings.from_mapping(section), **kw)
+
+    def offers(self, catalog: Catalog) -> ProviderOffers:
+        """The partitions' node shapes now, through this provider's backend (see
+        :mod:`.offers`)."""
+        if self._quick is None:
+            self._quick = backend_for(self.settings, timeout_s=OFFERS_TIMEOUT_S, attempts=1)
+        return slurm_offers(self._quick, self.settings, catalog)
 
     # ---- the Provider contract ---------------------------------------------------------------
 
