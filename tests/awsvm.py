@@ -50,7 +50,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
 IMDS_SCRIPT = Path(__file__).with_name("awsvm_imds.py")
+#: The interpreter the test venv was made from: the VMs' "image" Python.
+BASE_PYTHON: str = getattr(sys, "_base_executable", sys.executable)
 VM_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
           "HOME": "/root", "LANG": "C.UTF-8"}  # fmt: skip
 _DOWN = {"shutting-down", "terminated", "stopping", "stopped"}
@@ -87,7 +89,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     used = [ipaddress.ip_interface(w).network for line in listed
             for w in line.split() if "/" in w and w[0].isdigit()]  # fmt: skip
     for _ in range(100):
-        net = ipaddress.ip_network(f"10.232.{random.randrange(1, 255)}.0/24")
+        net = ipaddress.IPv4Network(f"10.232.{random.randrange(1, 255)}.0/24")
         if not any(net.overlaps(u) for u in used):
             return net
     raise RuntimeError("no free 10.232.x.0/24 here")
@@ -102,7 +104,7 @@ def _base_site_packages() -> list[str]:
     """The base interpreter's site-packages directories (what a venv with
     ``--system-site-packages`` made from it sees)."""
     code = "import json, site; print(json.dumps(site.getsitepackages()))"
-    out = _run(sys._base_executable, "-I", "-c", code)  # type: ignore[attr-defined]
+    out = _run(BASE_PYTHON, "-I", "-c", code)
     return [p for p in json.loads(out) if Path(p).is_dir()]
 
 
@@ -116,7 +118,7 @@ class Image:
     base_sites: list[str]  # the base interpreter's site-packages, replaced in each VM
 
     @classmethod
-    def build(cls, folder: Path, wheels: list[Path] = ()) -> Image:  # type: ignore[assignment]
+    def build(cls, folder: Path, wheels: Sequence[Path] = ()) -> Image:
         site = folder / "site-packages"
         site.mkdir(parents=True)
         prefix = Path(sys.prefix).resolve()
@@ -131,7 +133,7 @@ class Image:
         wheelhouse.mkdir()
         for wheel in wheels:
             shutil.copy2(wheel, wheelhouse / wheel.name)
-        return cls(site, wheelhouse, sys._base_executable, _base_site_packages())  # type: ignore[attr-defined]
+        return cls(site, wheelhouse, BASE_PYTHON, _base_site_packages())
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,9 +44,9 @@ def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess
     return result
 
 
-def _tagged(ec2: object, kind: str) -> list[dict[str, object]]:
-    found = (ec2.describe_security_groups()["SecurityGroups"] if kind == "groups"  # type: ignore[attr-defined]
-             else ec2.describe_key_pairs()["KeyPairs"])  # type: ignore[attr-defined]  # fmt: skip
+def _tagged(ec2: Any, kind: str) -> list[dict[str, Any]]:
+    found = (ec2.describe_security_groups()["SecurityGroups"] if kind == "groups"
+             else ec2.describe_key_pairs()["KeyPairs"])  # fmt: skip
     return [x for x in found if any(t["Key"] == "gpulease-owner" for t in x.get("Tags", []))]
 
 

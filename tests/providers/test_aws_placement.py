@@ -62,7 +62,7 @@ class PlacementGroupsModel:
         return any(i["State"]["Name"] != "terminated" for r in found for i in r["Instances"])
 
     def _answer(self, model: Any, params: dict[str, Any], **_: Any) -> Any:
-        from botocore.awsrequest import AWSResponse
+        from botocore.awsrequest import AWSResponse, HTTPHeaders
         from botocore.exceptions import ClientError
 
         body, operation = params.get("body") or {}, model.name
@@ -83,7 +83,7 @@ class PlacementGroupsModel:
             fail("InvalidPlacementGroup.InUse")
         else:
             del self.groups[name]
-        return AWSResponse("https://ec2", 200, {}, None), {}
+        return AWSResponse("https://ec2", 200, HTTPHeaders(), None), {}
 
 
 @pytest.fixture
