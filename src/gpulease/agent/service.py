@@ -10,6 +10,7 @@ Node directory (``--node-dir``), owned by this module::
     tasks/<task_id>/        task.json (the record), task.log (setup + run output, appended),
                             preempted (the preemption file), <attempt>.<phase>.exit,
                             ckpt-upload/ (the checkpoint sync's scratch dir)
+    files/<bundle>/         files the server uploaded (a workdir, a file mount): see staging
 
 One task runs at a time; a finished task stays reported until a newer attempt replaces it.
 """
@@ -22,15 +23,19 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulease import __version__
 from gpulease.agent import ckpt_sync, files, jobproc
 from gpulease.agent.api import API_VERSION, ExecRequest, TaskSubmission
 from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
+from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
 from gpulease.clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from gpulease.filesync import Readable
 
 log = logging.getLogger("gpulease.agent")
 
@@ -67,6 +72,7 @@ class Agent:
         clock: Clock | None = None,
         base_env: Mapping[str, str] | None = None,
         final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_MB * 1_000_000,
     ) -> None:
         self.node_dir = node_dir = node_dir.resolve()
         self.node_rank = node_rank
@@ -80,6 +86,7 @@ class Agent:
         for sub in ("work", "tasks"):
             (node_dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(node_dir, 0o700)
+        self.staging = Staging(node_dir / "files", max_upload_bytes=max_upload_bytes)
         self._resume_saved_tasks()
 
     @property
@@ -210,6 +217,33 @@ class Agent:
             current.join(grace_s + 1.0)
         self.stopping.set()
 
+    # ---- uploaded files ---------------------------------------------------------------------
+
+    def file_manifest(self, bundle: str) -> dict[str, Any]:
+        """What the node holds of an uploaded bundle (see :mod:`gpulease.agent.staging`)."""
+        return self.staging.manifest(bundle)
+
+    def put_files(self, bundle: str, stream: Readable) -> dict[str, Any]:
+        """Apply a sync stream to a bundle; refused while a task runs (its setup may be copying
+        the bundle, and its files must not change under it)."""
+        from gpulease import filesync
+
+        busy = self._current()
+        if busy is not None:
+            raise AgentError(409, "node_busy", f"task {busy.record.task_id} is running; files "
+                             "can change only between tasks")  # fmt: skip
+        try:
+            result = self.staging.apply(bundle, stream)
+        except filesync.UnsafePath as exc:
+            raise AgentError(422, "unsafe_path", str(exc)) from None
+        except filesync.BadStream as exc:
+            raise AgentError(422, "bad_stream", str(exc)) from None
+        except OSError as exc:
+            raise AgentError(422, "cannot_write", f"{bundle}: {exc.strerror or exc}") from None
+        log.info("files %s: %d files (%d bytes), %d deleted", bundle, result["files"],
+                 result["bytes"], result["deleted"])  # fmt: skip
+        return result
+
     # ---- internals --------------------------------------------------------------------------
 
     def _current(self) -> TaskRunner | None:
@@ -247,6 +281,7 @@ class Agent:
             task_dir=self.node_dir / "tasks" / sub.task_id,
             work_dir=self.work_dir,
             checkpoint_dir=self._checkpoint_dir(sub),
+            staging_dir=self.staging.root,
         )
 
     def _checkpoint_dir(self, sub: TaskSubmission) -> Path:

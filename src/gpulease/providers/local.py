@@ -73,6 +73,7 @@ _children: list[subprocess.Popen[bytes]] = []  # agents we started: reaped on ev
 
 class LocalProvider(Provider, SupportsStopStart, SupportsMultiNode, SupportsNodeToken):
     name = "local"
+    shares_files = True  # the nodes are processes on this machine
 
     def __init__(
         self,

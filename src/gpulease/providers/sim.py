@@ -83,6 +83,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 class SimProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, SupportsSpotMarket):
     name = "sim"
+    shares_files = True  # its nodes are local processes
 
     def __init__(
         self,

@@ -67,6 +67,8 @@ class JobService:
         task = task_from_dict(task_data)
         name = check_name(name or task.name or "job")
         spot, on_demand = self._targets(task)
+        workdir = workdir or task.workdir
+        self.clusters.check_files(workdir, task.file_mounts, (*spot, *on_demand))
         spec = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         with session_scope(self.engine) as session:
             clock_name = self.loop.clock_name(frozenset(t.provider for t in (*spot, *on_demand)))
@@ -74,7 +76,7 @@ class JobService:
             job = create_job(
                 session, name=name, task={}, owner=self.clusters.owner, actor=ACTOR,
                 now=self.clusters.clock.now(), clock=clock_name, started_at_job=now_job,
-                workdir=workdir or task.workdir,
+                workdir=workdir,
             )  # fmt: skip
             task_id = job_task_id(name, job.id)
             doc = JobDocument(

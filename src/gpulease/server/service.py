@@ -13,11 +13,12 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Engine
 
+from gpulease import filesync
 from gpulease.catalog.runtime import catalog_for
 from gpulease.clock import Clock
 from gpulease.controller import ExecResult, LaunchDocument, LogChunk, NodeRef
@@ -26,6 +27,7 @@ from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsStopStart
 from gpulease.server.planning import launch_targets
+from gpulease.server.uploads import check_sources
 from gpulease.server.views import cluster_view
 from gpulease.state import (
     Cluster,
@@ -81,8 +83,10 @@ class ClusterService:
         clock: Clock,
         owner: str,
         wake: Callable[[], None] = lambda: None,
+        file_limit: int = int(filesync.DEFAULT_MAX_MB * 1_000_000),
     ) -> None:
         self.engine = engine
+        self.file_limit = file_limit
         self.providers = providers
         self.agents = agents
         self.settings = settings
@@ -108,16 +112,30 @@ class ClusterService:
         task = task_from_dict(task_data)
         name = check_name(name or task.name)
         targets = launch_targets(task, self.catalog(), frozenset(self.providers))
+        workdir = workdir or task.workdir
+        self.check_files(workdir, task.file_mounts, targets)
         spec = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         doc = LaunchDocument(spec=spec, plans=tuple(targets))
         try:
-            view = self._create(name, targets[0], doc, workdir=workdir or task.workdir,
+            view = self._create(name, targets[0], doc, workdir=workdir,
                                 autostop_minutes=autostop_minutes, down=down)  # fmt: skip
         except ClusterExists as exc:
             raise Conflict(f"{exc}: take it down first (gpulease down {name}) or pick another "
                            "--name") from None  # fmt: skip
         self.wake()
         return view
+
+    def check_files(
+        self, workdir: str | None, file_mounts: Mapping[str, str], targets: Iterable[LaunchTarget]
+    ) -> None:
+        """Fail the launch up front (exit 2) when a workdir or file mount is missing or too
+        big — or, when some plan's nodes do not share this machine's files, holds a link out."""
+        remote = any(not self._shares_files(t.provider) for t in targets)
+        check_sources(workdir, file_mounts, limit=self.file_limit, remote=remote)
+
+    def _shares_files(self, provider: str) -> bool:
+        found = self.providers.get(provider)
+        return found is not None and found.shares_files
 
     def _create(
         self,
