@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpulease.cli.follow import client, say
-from gpulease.cli.launch_cmd import resolve_workdir
+from gpulease.cli.launch_cmd import resolve_file_mounts, resolve_workdir
 from gpulease.cli.output import console, print_json
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def launch(
     for warning in warnings:
         say(f"warning: {warning}")
     data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    resolve_file_mounts(data)
     if provider:
         data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
     with client() as api:

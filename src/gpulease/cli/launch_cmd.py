@@ -45,6 +45,7 @@ def launch(
         say(f"warning: {warning}")
     workdir = resolve_workdir(task.workdir)
     data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    resolve_file_mounts(data)
     if provider:
         data.setdefault("resources", {})["providers"] = [p.lower() for p in provider]
     api = client()
@@ -70,6 +71,22 @@ def resolve_workdir(workdir: str | None) -> str | None:
 
         raise UserInputError(f"workdir: no such directory: {workdir}")
     return str(path)
+
+
+def resolve_file_mounts(data: dict[str, Any]) -> None:
+    """Make the local paths of the task's ``file_mounts`` absolute (relative ones are taken
+    from the current directory, like the workdir; URLs are left as they are). The server checks
+    that they exist."""
+    import re
+
+    mounts = data.get("file_mounts")
+    if not mounts:
+        return
+    url = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+    data["file_mounts"] = {
+        remote: local if url.match(local) else str(Path(local).expanduser().absolute())
+        for remote, local in mounts.items()
+    }
 
 
 def _summary(view: dict[str, Any]) -> str:

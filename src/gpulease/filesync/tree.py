@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from gpulease.errors import UserInputError
 
 if TYPE_CHECKING:
-    from pathspec import GitIgnoreSpec
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 DEFAULT_EXCLUDES = frozenset({".git", ".venv", "__pycache__"})
 IGNORE_FILES = (".gitignore", ".gpuleaseignore")
@@ -137,7 +137,10 @@ class Found:
         return Kind.DIR if stat.S_ISDIR(self.stat.st_mode) else Kind.FILE
 
 
-_Rules = tuple[tuple[str, "GitIgnoreSpec"], ...]  # (directory prefix "a/b/" or "", its patterns)
+# per ignore-file directory: its prefix ("a/b/" or "") and its patterns in file order, each
+# (ignores: True, re-includes: False; the compiled pattern)
+_Patterns = tuple[tuple[bool, "GitIgnoreSpecPattern"], ...]
+_Rules = tuple[tuple[str, _Patterns], ...]
 
 
 def _level_rules(directory: Path, prefix: str, rules: _Rules) -> _Rules:
@@ -152,18 +155,41 @@ def _level_rules(directory: Path, prefix: str, rules: _Rules) -> _Rules:
             lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             continue
-    if not any(line.strip() and not line.startswith("#") for line in lines):
-        return rules
-    return (*rules, (prefix, GitIgnoreSpec.from_lines(lines)))
+    patterns = tuple(
+        (bool(p.include), p)
+        for p in GitIgnoreSpec.from_lines(lines).patterns
+        if p.include is not None
+    )
+    return (*rules, (prefix, patterns)) if patterns else rules
+
+
+def _matches_itself(pattern: GitIgnoreSpecPattern, sub: str, is_dir: bool) -> bool:
+    """Whether a pattern matches the path ``sub`` itself — not as a path inside a directory it
+    matches (we never descend into an ignored directory, so those matches never decide), and a
+    directory-only pattern (``build/``) only a directory.
+
+    pathspec's gitwildmatch regexes mark "a directory of the path matched" with the group
+    ``ps_d``; ``GitIgnoreSpec.check_file`` weighs such matches below direct ones, which for a
+    directory asked as ``dir/`` disagrees with git (``!*`` then ``x``: git ignores ``x/``)."""
+    found = pattern.match_file(sub)
+    if found is not None and found.match.groupdict().get("ps_d") is None:
+        return True
+    if not is_dir:
+        return False
+    found = pattern.match_file(sub + "/")
+    if found is None or found.match.groupdict().get("ps_d") is None:
+        return False
+    return bool(found.match.start("ps_d") == len(sub))
 
 
 def ignored(rel: str, is_dir: bool, rules: _Rules) -> bool:
-    """Whether ``rel`` is ignored: the deepest ignore file with a matching pattern decides."""
-    for prefix, spec in reversed(rules):
-        sub = rel[len(prefix) :] + ("/" if is_dir else "")
-        result = spec.check_file(sub).include
-        if result is not None:
-            return bool(result)
+    """Whether ``rel`` is ignored: the deepest ignore file with a pattern that matches it
+    decides, and in that file the last such pattern."""
+    for prefix, patterns in reversed(rules):
+        sub = rel[len(prefix) :]
+        for ignores, pattern in reversed(patterns):
+            if _matches_itself(pattern, sub, is_dir):
+                return ignores
     return False
 
 
