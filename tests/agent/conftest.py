@@ -31,7 +31,13 @@ def wait_until(fn: Callable[[], Any], timeout: float = 10.0, what: str = "condit
 class AgentProcess:
     """One agent process and a client for it; ``restart`` keeps the node dir and token."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None, rank: int = 0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        env: dict[str, str] | None = None,
+        rank: int = 0,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.root = root
         self.node_dir = root / "node"
         self.token = secrets.token_urlsafe(24)
@@ -41,6 +47,7 @@ class AgentProcess:
         self.log_path = root / "agent.log"
         self.env = {**os.environ, **(env or {})}
         self.rank = rank
+        self.args = args  # more `serve` options
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: AgentClient | None = None
         self.started_in = 0.0
@@ -54,7 +61,7 @@ class AgentProcess:
                 [sys.executable, "-m", "gpulease.agent", "serve", "--host", "127.0.0.1",
                  "--port", "0", "--port-file", str(port_file), "--token-file",
                  str(self.token_file), "--node-dir", str(self.node_dir),
-                 "--node-rank", str(self.rank), "--heartbeat-interval", "0.2"],
+                 "--node-rank", str(self.rank), "--heartbeat-interval", "0.2", *self.args],
                 stdout=log, stderr=log, env=self.env, start_new_session=True,
             )  # fmt: skip
         port = wait_until(lambda: port_file.exists() and port_file.read_text().strip(), what="port")
