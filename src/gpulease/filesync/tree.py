@@ -138,14 +138,12 @@ class Found:
 
 
 # per ignore-file directory: its prefix ("a/b/" or "") and its patterns in file order, each
-# (ignores: True, re-includes: False; the compiled pattern)
-_Patterns = tuple[tuple[bool, "GitIgnoreSpecPattern"], ...]
+# (ignores: True, re-includes: False; directories only; the pattern without its trailing "/")
+_Patterns = tuple[tuple[bool, bool, "GitIgnoreSpecPattern"], ...]
 _Rules = tuple[tuple[str, _Patterns], ...]
 
 
 def _level_rules(directory: Path, prefix: str, rules: _Rules) -> _Rules:
-    from pathspec import GitIgnoreSpec
-
     lines: list[str] = []
     for name in IGNORE_FILES:
         path = directory / name
@@ -155,31 +153,35 @@ def _level_rules(directory: Path, prefix: str, rules: _Rules) -> _Rules:
             lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             continue
-    patterns = tuple(
-        (bool(p.include), p)
-        for p in GitIgnoreSpec.from_lines(lines).patterns
-        if p.include is not None
-    )
+    patterns = tuple(p for p in map(_compile, lines) if p is not None)
     return (*rules, (prefix, patterns)) if patterns else rules
 
 
-def _matches_itself(pattern: GitIgnoreSpecPattern, sub: str, is_dir: bool) -> bool:
-    """Whether a pattern matches the path ``sub`` itself — not as a path inside a directory it
-    matches (we never descend into an ignored directory, so those matches never decide), and a
-    directory-only pattern (``build/``) only a directory.
+def _compile(line: str) -> tuple[bool, bool, GitIgnoreSpecPattern] | None:
+    """One ignore-file line; None for blanks and comments. Like git, a trailing ``/`` is taken
+    off and makes the pattern match directories only."""
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
-    pathspec's gitwildmatch regexes mark "a directory of the path matched" with the group
-    ``ps_d``; ``GitIgnoreSpec.check_file`` weighs such matches below direct ones, which for a
-    directory asked as ``dir/`` disagrees with git (``!*`` then ``x``: git ignores ``x/``)."""
+    pattern = GitIgnoreSpecPattern(line)
+    if pattern.include is None:
+        return None
+    text = line.rstrip()
+    dir_only = text.endswith("/") and not text.endswith("\\/")
+    if dir_only:
+        pattern = GitIgnoreSpecPattern(text[:-1])
+        if pattern.include is None:
+            return None
+    return bool(pattern.include), dir_only, pattern
+
+
+def _matches_itself(pattern: GitIgnoreSpecPattern, sub: str) -> bool:
+    """Whether a pattern matches the path ``sub`` itself, not as a path inside a directory it
+    matches: we never descend into an ignored directory, so those matches never decide.
+    (pathspec's regexes mark the latter with the group ``ps_d``. Its ``GitIgnoreSpec`` weighs
+    matches by that mark, which disagrees with git for directories — ``!*`` then ``x`` ignores
+    the directory ``x`` in git — so the last match is taken here, as git does.)"""
     found = pattern.match_file(sub)
-    if found is not None and found.match.groupdict().get("ps_d") is None:
-        return True
-    if not is_dir:
-        return False
-    found = pattern.match_file(sub + "/")
-    if found is None or found.match.groupdict().get("ps_d") is None:
-        return False
-    return bool(found.match.start("ps_d") == len(sub))
+    return found is not None and found.match.groupdict().get("ps_d") is None
 
 
 def ignored(rel: str, is_dir: bool, rules: _Rules) -> bool:
@@ -187,8 +189,8 @@ def ignored(rel: str, is_dir: bool, rules: _Rules) -> bool:
     decides, and in that file the last such pattern."""
     for prefix, patterns in reversed(rules):
         sub = rel[len(prefix) :]
-        for ignores, pattern in reversed(patterns):
-            if _matches_itself(pattern, sub, is_dir):
+        for ignores, dir_only, pattern in reversed(patterns):
+            if (is_dir or not dir_only) and _matches_itself(pattern, sub):
                 return ignores
     return False
 
