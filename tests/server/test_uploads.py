@@ -134,6 +134,16 @@ def test_file_mounts_get_bundles_and_the_task_node_paths(
     assert mount_bundle("a/b") != mount_bundle("a-b")
 
 
+def test_an_empty_directory_arrives_as_one(node: AgentProcess, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for _ in range(2):
+        report = Uploader(limit=MB).sync(
+            node.api, Source("file_mounts out", "mount-out", str(empty))
+        )
+        assert report.sent == () and Path(report.node_path).is_dir()
+
+
 def test_a_task_delivered_by_the_agent_runs_without_its_sources(
     node: AgentProcess, tmp_path: Path
 ) -> None:

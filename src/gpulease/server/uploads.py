@@ -155,8 +155,8 @@ class Uploader:
         is_dir = Path(source.path).expanduser().is_dir()
         node_path = bundle_path if is_dir else f"{bundle_path}/{found[0].rel}"
         changes = filesync.diff(local, remote)
-        if not changes.send and not changes.delete:
-            return SyncReport(source.bundle, node_path, (), (), 0, len(local))
+        if not changes.send and not changes.delete and local:  # an empty one is always sent,
+            return SyncReport(source.bundle, node_path, (), (), 0, len(local))  # making its dir
         packed = _send(client, source, changes,
                        found=found, local=local, node_limit=node_limit)  # fmt: skip
         log.info("%s: sent %d paths (%s), deleted %d, %d unchanged", source.label,
