@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
+from gpulease.wire import NodeTask
 from tests.waiting import wait_until
 
 TERMINAL = {"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"}
@@ -135,5 +135,5 @@ def agent(agent_factory: Callable[..., AgentProcess]) -> AgentProcess:
     return agent_factory()
 
 
-def task(task_id: str = "t1", **kw: Any) -> TaskSubmission:
-    return TaskSubmission(task_id=task_id, **kw)
+def task(task_id: str = "t1", **kw: Any) -> NodeTask:
+    return NodeTask(task_id=task_id, **kw)

@@ -1,5 +1,6 @@
-"""The workdir is copied into the node's work dir (without .git, .venv, __pycache__); file
-mounts land where asked; exec runs in the task's directory and environment, with a timeout."""
+"""The workdir is copied into the node's work dir (without .git, .venv, __pycache__ and what
+.gitignore / .gpuleaseignore ignore); file mounts land where asked; exec runs in the task's
+directory and environment, with a timeout."""
 
 from __future__ import annotations
 
@@ -27,6 +28,29 @@ def test_workdir_is_synced_without_vcs_and_caches(agent: AgentProcess, tmp_path:
     assert status["state"] == "SUCCEEDED"
     assert agent.all_logs("t1").split() == ["./pkg/mod.py", "./train.py"]
     assert [h["state"] for h in status["history"]][:2] == ["PENDING", "SETTING_UP"]
+
+
+def test_the_local_copy_honours_gitignore_and_gpuleaseignore(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    project = _project(tmp_path / "project")
+    for rel, text in {".gitignore": "*.log\nout/\n", "pkg/.gitignore": "local.py\n",
+                      ".gpuleaseignore": "big/\n!keep.log\n", "a.log": "", "keep.log": "",
+                      "out/x": "", "pkg/local.py": "", "big/w.bin": ""}.items():  # fmt: skip
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text)
+    data = tmp_path / "data"
+    (data / "tmp").mkdir(parents=True)
+    (data / "rows.csv").write_text("1")
+    (data / "tmp" / "x").write_text("")
+    (data / ".gitignore").write_text("tmp/\n")
+    agent.api.submit(task(workdir=str(project), file_mounts={"d": str(data)},
+                          run="find . -type f -not -path './checkpoints/*' | sort"))  # fmt: skip
+    assert agent.wait_state("t1")["state"] == "SUCCEEDED"
+    assert agent.all_logs("t1").split() == [
+        "./.gitignore", "./.gpuleaseignore", "./d/.gitignore", "./d/rows.csv", "./keep.log",
+        "./pkg/.gitignore", "./pkg/mod.py", "./train.py",
+    ]  # fmt: skip
 
 
 def test_file_mounts_copy_files_and_directories(agent: AgentProcess, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.agent.state import (
     TRANSITIONS,
     InvalidTransition,
@@ -17,6 +16,7 @@ from gpulease.agent.state import (
     save_record,
     set_state,
 )
+from gpulease.wire import NodeTask
 
 
 def test_every_state_has_a_row_and_terminal_states_have_no_exit() -> None:
@@ -26,7 +26,7 @@ def test_every_state_has_a_row_and_terminal_states_have_no_exit() -> None:
 
 
 def test_set_state_enforces_the_table_and_keeps_history() -> None:
-    record = TaskRecord(TaskSubmission(task_id="t", run="true"))
+    record = TaskRecord(NodeTask(task_id="t", run="true"))
     set_state(record, TaskState.RUNNING, 10.0)
     set_state(record, TaskState.SUCCEEDED, 12.0, "done")
     assert record.history == [("RUNNING", 10.0), ("SUCCEEDED", 12.0)]
@@ -36,7 +36,7 @@ def test_set_state_enforces_the_table_and_keeps_history() -> None:
 
 
 def test_a_record_round_trips_through_its_file(tmp_path: Path) -> None:
-    record = TaskRecord(TaskSubmission(task_id="t", run="true", envs={"A": "1"}), pgid=42)
+    record = TaskRecord(NodeTask(task_id="t", run="true", envs={"A": "1"}), pgid=42)
     set_state(record, TaskState.SETTING_UP, 1.0)
     save_record(tmp_path / "task.json", record)
     assert load_record(tmp_path / "task.json") == record
@@ -56,11 +56,11 @@ def test_a_record_round_trips_through_its_file(tmp_path: Path) -> None:
 )
 def test_invalid_submissions_are_refused(body: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
-        TaskSubmission.model_validate(body)
+        NodeTask.model_validate(body)
 
 
 def test_the_master_port_is_the_same_on_every_node_without_being_given() -> None:
-    a = TaskSubmission(task_id="job", run="x", node_rank=0, num_nodes=2, node_ips=["a", "b"])
-    b = TaskSubmission(task_id="job", run="x", node_rank=1, num_nodes=2, node_ips=["a", "b"])
+    a = NodeTask(task_id="job", run="x", node_rank=0, num_nodes=2, node_ips=["a", "b"])
+    b = NodeTask(task_id="job", run="x", node_rank=1, num_nodes=2, node_ips=["a", "b"])
     assert a.effective_master_port() == b.effective_master_port()
     assert 29500 <= a.effective_master_port() < 39500

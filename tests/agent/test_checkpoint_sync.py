@@ -17,11 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpulease.agent.api import MAX_SYNC_S, TaskSubmission
 from gpulease.agent.ckpt_sync import CheckpointSync, SyncPlaces, SyncStatus, human_size, redact
 from gpulease.agent.state import TaskRecord
 from gpulease.clock import SystemClock
 from gpulease.storage import LocalStore
+from gpulease.wire import MAX_SYNC_S, NodeTask
 from tests.agent.conftest import AgentProcess, task
 from tests.awsfixtures import aws_env, moto_server, s3_env  # noqa: F401 - fixtures
 from tests.waiting import wait_until
@@ -338,7 +338,7 @@ def test_checkpoint_sync_s_must_be_a_positive_finite_interval(seconds: float) ->
     }
     valid = math.isfinite(seconds) and 0 < seconds <= MAX_SYNC_S
     try:
-        sub = TaskSubmission.model_validate(body)
+        sub = NodeTask.model_validate(body)
     except ValidationError as exc:
         assert not valid, exc
         assert exc.errors()[0]["loc"] == ("checkpoint_sync_s",)
@@ -349,7 +349,7 @@ def test_checkpoint_sync_s_must_be_a_positive_finite_interval(seconds: float) ->
 
 
 def test_a_submission_without_the_new_fields_is_read_as_before() -> None:
-    sub = TaskSubmission.model_validate({"task_id": "t", "run": "x"})
+    sub = NodeTask.model_validate({"task_id": "t", "run": "x"})
     assert (sub.checkpoint_store, sub.checkpoint_sync_s) == (None, None)
     old_record = TaskRecord(sub).to_json()
     del old_record["checkpoint"]  # written by an agent from before checkpoint sync

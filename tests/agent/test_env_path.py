@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.agent.env import job_env
+from gpulease.wire import NodeTask
 
 
 def test_the_agents_python_comes_first_on_path(tmp_path: Path) -> None:
@@ -16,7 +16,7 @@ def test_the_agents_python_comes_first_on_path(tmp_path: Path) -> None:
     base = {"PATH": os.pathsep.join(["/usr/bin", bin_dir, "/bin"])}
     env = job_env(
         base,
-        TaskSubmission(task_id="t", run="true"),
+        NodeTask(task_id="t", run="true"),
         work_dir=tmp_path,
         checkpoint_dir=tmp_path,
         preemption_file=tmp_path / "p",
@@ -25,7 +25,7 @@ def test_the_agents_python_comes_first_on_path(tmp_path: Path) -> None:
 
 
 def test_a_task_may_still_set_its_own_path(tmp_path: Path) -> None:
-    sub = TaskSubmission(task_id="t", run="true", envs={"PATH": "/opt/custom/bin"})
+    sub = NodeTask(task_id="t", run="true", envs={"PATH": "/opt/custom/bin"})
     env = job_env(
         {"PATH": "/usr/bin"},
         sub,
@@ -41,7 +41,7 @@ def test_the_task_venv_comes_first_then_the_agents_python(tmp_path: Path) -> Non
     venv = tmp_path / "venvs" / "k"
     env = job_env(
         {"PATH": os.pathsep.join(["/usr/bin", bin_dir]), "PYTHONHOME": "/elsewhere"},
-        TaskSubmission(task_id="t", run="true"),
+        NodeTask(task_id="t", run="true"),
         work_dir=tmp_path,
         checkpoint_dir=tmp_path,
         preemption_file=tmp_path / "p",

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from gpulease.agent.api import TASK_ID_PATTERN
 from gpulease.clock import VirtualClock
 from gpulease.controller.job_document import JobDocument, JobPolicy
 from gpulease.controller.job_loop import JobReconciler, attempt_name, job_task_id
@@ -45,7 +44,7 @@ from gpulease.state import (
     set_status,
 )
 from gpulease.state.machines import allowed
-from gpulease.wire import RunSpec
+from gpulease.wire import TASK_ID_PATTERN, RunSpec
 from tests.controller.conftest import OWNER
 from tests.controller.doubles import FakeAgents, FakeProvider
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
+from gpulease.wire import NodeTask
 from tests.waiting import wait_until
 
 pytest.importorskip("torch")
@@ -143,7 +143,7 @@ def test_ddp_example_trains_across_two_namespaced_hosts(hosts: TwoHosts) -> None
         "--local_addr={addr} train_digits.py --epochs 5"
     )
     for rank, host in enumerate(hosts.hosts):
-        host.client.submit(TaskSubmission(
+        host.client.submit(NodeTask(
             task_id="ddp", run=run.replace("{addr}", host.address), node_rank=rank, num_nodes=2,
             node_ips=addresses, master_port=29611, workdir=str(ROOT / "examples" / "train"),
             envs={"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.agent.client import AgentClient
 from gpulease.errors import UserInputError
 from gpulease.providers.base import (
@@ -25,6 +24,7 @@ from gpulease.providers.base import (
     QuotaError,
 )
 from gpulease.providers.local import LocalProvider
+from gpulease.wire import NodeTask
 from tests.providers.conformance import Harness
 from tests.providers.procs import node_pids
 from tests.waiting import wait_until
@@ -50,7 +50,7 @@ def _client(h: Harness, instance_id: str) -> AgentClient:
 
 
 def _run(client: AgentClient, run: str, task_id: str = "t") -> str:
-    client.submit(TaskSubmission(task_id=task_id, run=run))
+    client.submit(NodeTask(task_id=task_id, run=run))
     active = {"PENDING", "SETTING_UP", "RUNNING"}
     wait_until(lambda: client.status(task_id)["state"] not in active, 10, f"task {task_id} to end")
     return client.logs(task_id).data.decode()
@@ -100,7 +100,7 @@ def test_launch_to_the_first_line_of_output_is_quick(local: Harness) -> None:
     started = time.monotonic()
     (instance,) = local.launch(local.request())
     client = _client(local, instance.id)
-    client.submit(TaskSubmission(task_id="hello", run="echo hello"))
+    client.submit(NodeTask(task_id="hello", run="echo hello"))
     local.wait_for(lambda: client.logs("hello").data == b"hello\n", "the first line")
     assert time.monotonic() - started < 3.0  # the target; typically ~0.4 s
 
@@ -119,7 +119,7 @@ def test_a_new_provider_object_sees_the_same_cloud(local: Harness, tmp_path: Pat
 def test_terminate_kills_jobs_that_ignore_sigterm(local: Harness) -> None:
     (instance,) = local.launch(local.request())
     client = _client(local, instance.id)
-    client.submit(TaskSubmission(task_id="stubborn", run="trap '' TERM; sleep 60 & wait"))
+    client.submit(NodeTask(task_id="stubborn", run="trap '' TERM; sleep 60 & wait"))
     local.wait_for(lambda: len(node_pids(_local(local), [instance.id])) >= 3, "the job")
     local.provider.terminate([instance.id])
     local.wait_gone([instance.id])

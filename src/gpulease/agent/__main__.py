@@ -20,6 +20,7 @@ from types import FrameType
 from gpulease.agent.ckpt_sync import DEFAULT_FINAL_SYNC_TIMEOUT_S
 from gpulease.agent.http import AgentHTTPServer
 from gpulease.agent.service import Agent
+from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB
 
 log = logging.getLogger("gpulease.agent")
 
@@ -40,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_FINAL_SYNC_TIMEOUT_S,
         help="seconds the final checkpoint sync may take before the task ends without it",
+    )
+    serve.add_argument(
+        "--max-upload-mb",
+        type=float,
+        default=DEFAULT_MAX_UPLOAD_MB,
+        help="the largest upload (PUT /v1/files/...) this node accepts, in MB (10**6 bytes)",
     )
     serve.add_argument(
         "--imds",
@@ -81,6 +88,7 @@ def serve(args: argparse.Namespace) -> int:
         node_rank=args.node_rank,
         final_sync_timeout_s=args.final_sync_timeout,
         venv_root=args.venv_root,
+        max_upload_bytes=int(args.max_upload_mb * 1_000_000),
     )
     server = AgentHTTPServer((args.host, args.port), agent, token)
     port = server.server_address[1]

@@ -1,6 +1,6 @@
 """Checkpoint sync between a task's checkpoint directory and its checkpoint store.
 
-Owns what the agent does with ``TaskSubmission.checkpoint_store``:
+Owns what the agent does with ``NodeTask.checkpoint_store``:
 
 - :func:`open_store` turns the URL into a store: ``local://PATH`` or a plain path (absolute
   either way) or ``s3://BUCKET/PREFIX``. A URL that names no store (unknown scheme, relative
@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulease.agent.api import TaskSubmission
 from gpulease.clock import Clock
 from gpulease.errors import Permanent, UserInputError
 from gpulease.storage import (
@@ -57,6 +56,7 @@ from gpulease.storage import (
     verify_dir,
 )
 from gpulease.storage.manifest import fsync_dir
+from gpulease.wire import NodeTask
 
 log = logging.getLogger("gpulease.agent")
 
@@ -120,7 +120,7 @@ class SyncStatus:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def initial_status(sub: TaskSubmission) -> dict[str, Any] | None:
+def initial_status(sub: NodeTask) -> dict[str, Any] | None:
     """The status a new task starts with: None without a store."""
     if sub.checkpoint_store is None:
         return None
@@ -149,7 +149,7 @@ class SyncPlaces:
 
 
 def for_task(
-    sub: TaskSubmission,
+    sub: NodeTask,
     places: SyncPlaces,
     *,
     clock: Clock,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import ssl
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import httpx
 from pydantic import SecretStr
@@ -112,6 +113,17 @@ class AgentClient:
         data = self._json("POST", f"/v1/tasks/{task_id}/exec", json=body, extra=timeout_s)
         return ExecResult.from_json(data)
 
+    def file_manifest(self, bundle: str) -> dict[str, Any]:
+        """``GET /v1/files/<bundle>``: ``{bundle, path, manifest, max_upload_bytes}``."""
+        return self._json("GET", f"/v1/files/{bundle}", extra=UPLOAD_READ_S)
+
+    def put_files(self, bundle: str, body: IO[bytes], size: int) -> dict[str, Any]:
+        """``PUT /v1/files/<bundle>`` with the ``size`` bytes of ``body`` (a sync stream from
+        :func:`gpulease.filesync.pack`), streamed; the agent's answer once it applied them."""
+        headers = {"Content-Length": str(size), "Content-Type": "application/x-tar"}
+        return self._json("PUT", f"/v1/files/{bundle}", content=_chunks(body, size),
+                          headers=headers, extra=UPLOAD_READ_S)  # fmt: skip
+
     def shutdown(self, *, cancel_task: bool = False, grace_s: float = 10.0) -> None:
         self._json("POST", "/v1/shutdown", json={"cancel_task": cancel_task, "grace_s": grace_s})
 
@@ -133,6 +145,19 @@ class AgentClient:
         if response.status_code >= 400:
             raise _refusal(response)
         return response
+
+
+UPLOAD_READ_S = 300.0  # an upload's answer comes once the node wrote (or hashed) every file
+
+
+def _chunks(body: IO[bytes], size: int) -> Iterator[bytes]:
+    left = size
+    while left > 0:
+        chunk = body.read(min(left, 1 << 20))
+        if not chunk:
+            raise OSError("the upload body ended early")
+        left -= len(chunk)
+        yield chunk
 
 
 def _refusal(response: httpx.Response) -> AgentRequestError:

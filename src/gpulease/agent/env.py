@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpulease.agent.api import TaskSubmission
+from gpulease.wire import NodeTask
 
 NODE_VARIABLES = (
     "GPULEASE_NODE_RANK",
@@ -35,7 +35,7 @@ NODE_VARIABLES = (
 
 
 def node_env(
-    sub: TaskSubmission, *, work_dir: Path, checkpoint_dir: Path, preemption_file: Path
+    sub: NodeTask, *, work_dir: Path, checkpoint_dir: Path, preemption_file: Path
 ) -> dict[str, str]:
     """The variables every node of a task gets (torchrun's names included)."""
     return {
@@ -56,7 +56,7 @@ def node_env(
 
 def job_env(
     base: Mapping[str, str],
-    sub: TaskSubmission,
+    sub: NodeTask,
     *,
     work_dir: Path,
     checkpoint_dir: Path,

@@ -1,20 +1,20 @@
-"""Files a task brings to its node: the workdir (copied into the node's work dir, without
-``.git``, ``.venv`` and ``__pycache__``) and file mounts (``{remote path: local path}``).
+"""Files a task brings to its node: the workdir (copied into the node's work dir) and file
+mounts (``{remote path: local path}``), with the rules of :mod:`gpulease.filesync`: the
+default excludes (``.git``, ``.venv``, ``__pycache__``), ``.gitignore`` and ``.gpuleaseignore``.
 
 A remote path that is relative lands under the node's work dir; ``~`` is the job's home; an
-absolute path is used as is. ``..`` is refused (by :class:`~gpulease.agent.api.TaskSubmission`).
-Sources are local paths on the node: on the local provider the user's machine, elsewhere
-whatever the server staged there.
+absolute path is used as is. ``..`` is refused (by :class:`~gpulease.agent.api.NodeTask`).
+Sources are paths on the node: on the local and sim providers the user's own files; elsewhere the
+bundles the server uploaded into the node's staging dir (``PUT /v1/files/<bundle>``), which were
+filtered when they were sent and are copied as they are. Files already in the destination are
+replaced; others are left alone. Moves no states.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
-
-WORKDIR_EXCLUDES = (".git", ".venv", "__pycache__")
 
 
 class FileSyncError(RuntimeError):
@@ -29,20 +29,22 @@ def check_sources(workdir: str | None, file_mounts: Mapping[str, str]) -> None:
         raise FileSyncError(f"no such file or directory on the node: {', '.join(missing)}")
 
 
-def sync_workdir(source: str, work_dir: Path) -> None:
-    """Copy ``source`` (a directory) over ``work_dir``; files there already are overwritten."""
+def _staged(path: Path, staging: Path | None) -> bool:
+    """Whether ``path`` is an uploaded bundle (already filtered: copied with no rules)."""
+    return staging is not None and path.resolve().is_relative_to(staging.resolve())
+
+
+def sync_workdir(source: str, work_dir: Path, staging: Path | None = None) -> None:
+    """Copy the kept files of ``source`` (a directory) over ``work_dir``."""
+    from gpulease import filesync
+
     src = Path(source).expanduser()
     if not src.is_dir():
         raise FileSyncError(f"workdir {source} is not a directory")
     try:
-        shutil.copytree(
-            src,
-            work_dir,
-            symlinks=True,
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns(*WORKDIR_EXCLUDES),
-        )
-    except (OSError, shutil.Error) as exc:
+        found = filesync.source_tree("workdir", src, rules=not _staged(src, staging))
+        filesync.copy_tree(found, work_dir)
+    except (OSError, filesync.SourceError, filesync.UnsafePath) as exc:
         raise FileSyncError(f"workdir {source}: {exc}") from None
 
 
@@ -54,16 +56,23 @@ def resolve_remote(remote: str, work_dir: Path, home: str | None) -> Path:
     return path if path.is_absolute() else work_dir / path
 
 
-def apply_file_mounts(mounts: Mapping[str, str], work_dir: Path, home: str | None) -> None:
-    """Copy each local path to its remote path (directories recursively)."""
+def apply_file_mounts(
+    mounts: Mapping[str, str], work_dir: Path, home: str | None, staging: Path | None = None
+) -> None:
+    """Copy each local path to its remote path (a directory's kept files, recursively)."""
+    from gpulease import filesync
+
     for remote, local in mounts.items():
         src = Path(local).expanduser()
         dest = resolve_remote(remote, work_dir, home)
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             if src.is_dir():
-                shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+                found = filesync.source_tree(remote, src, rules=not _staged(src, staging))
+                filesync.copy_tree(found, dest)
             else:
-                shutil.copy2(src, dest)
+                filesync.copy_file(src, dest, follow=True)
         except OSError as exc:
             raise FileSyncError(f"file_mounts {remote}: {exc.strerror or exc}") from None
+        except (filesync.SourceError, filesync.UnsafePath) as exc:
+            raise FileSyncError(f"file_mounts {remote}: {exc}") from None

@@ -9,6 +9,10 @@ Every request needs ``Authorization: Bearer <node token>`` (compared with
 ``hmac.compare_digest``), even for unknown paths, so nothing is learned without it. The token is
 never logged; the access log records method, path and status only. Errors are JSON:
 ``{"error": {"code": "...", "message": "..."}}``.
+
+Bodies are read whole (at most 1 MiB) except an upload's (``PUT /v1/files/<bundle>``), which is
+streamed into the staging dir, bounded by its ``Content-Length`` and the node's upload limit; a
+refused upload's body is read to its end first, so the client sees the answer.
 """
 
 from __future__ import annotations
@@ -21,19 +25,25 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from gpulease.agent.api import ExecRequest, ShutdownRequest, StopRequest, TaskSubmission
+from gpulease.agent.api import ExecRequest, ShutdownRequest, StopRequest
 from gpulease.agent.service import DEFAULT_LOG_CHUNK, Agent, AgentError
+from gpulease.agent.staging import BUNDLE_PATTERN
+from gpulease.wire import NodeTask
+
+if TYPE_CHECKING:
+    from gpulease.filesync import Readable
 
 log = logging.getLogger("gpulease.agent.http")
 
 MAX_BODY = 1 << 20
 M = TypeVar("M", bound=BaseModel)
 _TASK = r"/v1/tasks/(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+_FILES = rf"/v1/files/(?P<bundle>{BUNDLE_PATTERN})"
 
 
 @dataclass
@@ -54,6 +64,7 @@ class Request:
     params: dict[str, str]
     query: dict[str, list[str]]
     body: bytes
+    stream: Readable | None = None  # the body of a streaming route, unread
 
     def model(self, cls: type[M]) -> M:
         try:
@@ -78,7 +89,7 @@ def _health(req: Request) -> Response:
 
 
 def _submit(req: Request) -> Response:
-    created, status = req.agent.submit(req.model(TaskSubmission))
+    created, status = req.agent.submit(req.model(NodeTask))
     return json_response(201 if created else 200, status)
 
 
@@ -117,6 +128,15 @@ def _exec(req: Request) -> Response:
     return json_response(200, asdict(result))
 
 
+def _file_manifest(req: Request) -> Response:
+    return json_response(200, req.agent.file_manifest(req.params["bundle"]))
+
+
+def _put_files(req: Request) -> Response:
+    assert req.stream is not None
+    return json_response(200, req.agent.put_files(req.params["bundle"], req.stream))
+
+
 def _shutdown(req: Request) -> Response:
     body = req.model(ShutdownRequest)
     threading.Thread(
@@ -137,7 +157,32 @@ ROUTES: list[tuple[str, re.Pattern[str], Callable[[Request], Response]]] = [
     ("POST", re.compile(_TASK + r"/cancel"), _stopper("cancel")),
     ("POST", re.compile(_TASK + r"/exec"), _exec),
     ("POST", re.compile(r"/v1/shutdown"), _shutdown),
+    ("GET", re.compile(_FILES), _file_manifest),
+    ("PUT", re.compile(_FILES), _put_files),
 ]
+STREAMING = frozenset({_put_files})  # their body is handed over unread (Request.stream)
+
+
+class _Body:
+    """The next ``length`` bytes of a request, and not one more."""
+
+    def __init__(self, rfile: Readable, length: int) -> None:
+        self._rfile = rfile
+        self.remaining = length
+
+    def read(self, size: int = -1) -> bytes:
+        if self.remaining <= 0:
+            return b""
+        size = self.remaining if size < 0 else min(size, self.remaining)
+        data = self._rfile.read(size)
+        self.remaining -= len(data)
+        if not data:
+            self.remaining = 0
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
 
 
 class AgentHTTPServer(ThreadingHTTPServer):
@@ -164,7 +209,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._handle("POST")
 
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
     def _handle(self, method: str) -> None:
+        self._stream: _Body | None = None
         try:
             response = self._route(method)
         except AgentError as exc:
@@ -174,13 +223,15 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             log.exception("%s %s failed", method, urlsplit(self.path).path)
             response = json_response(500, {"error": {"code": "internal", "message": "agent error"}})
+        if self._stream is not None:  # let the client finish sending, so it reads the answer
+            self.close_connection = True
+            self._stream.drain()
         self._send(response)
 
     def _route(self, method: str) -> Response:
         if not self._authorised():
             self.close_connection = True
             raise AgentError(401, "unauthorized", "a valid bearer token is required")
-        body = self._read_body()
         url = urlsplit(self.path)
         allowed = False
         for route_method, pattern, handler in ROUTES:
@@ -189,8 +240,11 @@ class _Handler(BaseHTTPRequestHandler):
                 continue
             allowed = True
             if route_method == method:
-                req = Request(self.server.agent, match.groupdict(), parse_qs(url.query), body)
-                return handler(req)
+                stream = self._open_stream() if handler in STREAMING else None
+                body = b"" if stream is not None else self._read_body()
+                query = parse_qs(url.query)
+                return handler(Request(self.server.agent, match.groupdict(), query, body, stream))
+        self._read_body()
         if allowed:
             raise AgentError(405, "method_not_allowed", f"{method} is not allowed here")
         raise AgentError(404, "not_found", "no such endpoint")
@@ -202,12 +256,28 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return hmac.compare_digest(presented.strip().encode(), self.server.token)
 
-    def _read_body(self) -> bytes:
+    def _length(self) -> int:
         try:
-            length = int(self.headers.get("Content-Length") or 0)
+            return int(self.headers.get("Content-Length") or 0)
         except ValueError:
             self.close_connection = True
             raise AgentError(400, "bad_request", "Content-Length is not a number") from None
+
+    def _open_stream(self) -> _Body:
+        if "Content-Length" not in self.headers:
+            self.close_connection = True
+            raise AgentError(411, "length_required", "an upload needs a Content-Length")
+        length = self._length()
+        limit = self.server.agent.staging.max_upload_bytes
+        if length > limit:
+            self.close_connection = True
+            raise AgentError(413, "too_large", f"uploads to this node are limited to {limit} "
+                             "bytes (agent serve --max-upload-mb)")  # fmt: skip
+        self._stream = _Body(self.rfile, length)
+        return self._stream
+
+    def _read_body(self) -> bytes:
+        length = self._length()
         if length > MAX_BODY:
             self.close_connection = True
             raise AgentError(413, "too_large", f"request bodies are limited to {MAX_BODY} bytes")

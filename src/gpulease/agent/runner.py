@@ -53,6 +53,7 @@ class TaskPaths:
     task_dir: Path
     work_dir: Path
     checkpoint_dir: Path
+    staging_dir: Path | None = None  # the uploaded bundles (copied without ignore rules)
 
     @property
     def record(self) -> Path:
@@ -197,9 +198,11 @@ class TaskRunner:
                 set_state(self.record, state, self._clock.now())
                 self._persist(self.record)
         try:
+            staging = self.paths.staging_dir
             if sub.workdir:
-                files.sync_workdir(sub.workdir, self.paths.work_dir)
-            files.apply_file_mounts(sub.file_mounts, self.paths.work_dir, self.env.get("HOME"))
+                files.sync_workdir(sub.workdir, self.paths.work_dir, staging)
+            home = self.env.get("HOME")
+            files.apply_file_mounts(sub.file_mounts, self.paths.work_dir, home, staging)
         except files.FileSyncError as exc:
             with self.lock:
                 self._end(TaskState.FAILED, f"file sync: {exc}")

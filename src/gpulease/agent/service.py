@@ -12,6 +12,7 @@ Node directory (``--node-dir``), owned by this module::
                             ckpt-upload/ (the checkpoint sync's scratch dir)
     venvs/                  the default venv root: task environments (see agent.venvs), unless
                             ``serve --venv-root`` names a shared one
+    files/<bundle>/         files the server uploaded (a workdir, a file mount): see staging
 
 One task runs at a time; a finished task stays reported until a newer attempt replaces it.
 """
@@ -23,16 +24,20 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulease import __version__
 from gpulease.agent import ckpt_sync, files, jobproc, venvs
-from gpulease.agent.api import API_VERSION, ExecRequest, TaskSubmission
+from gpulease.agent.api import API_VERSION, ExecRequest
 from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
+from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
 from gpulease.clock import Clock, SystemClock
-from gpulease.wire import ExecResult, LogChunk
+from gpulease.wire import ExecResult, LogChunk, NodeTask
+
+if TYPE_CHECKING:
+    from gpulease.filesync import Readable
 
 log = logging.getLogger("gpulease.agent")
 
@@ -60,6 +65,7 @@ class Agent:
         base_env: Mapping[str, str] | None = None,
         final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
         venv_root: Path | None = None,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_MB * 1_000_000,
     ) -> None:
         """``venv_root``: where task environments live (default ``<node_dir>/venvs``)."""
         self.node_dir = node_dir = node_dir.resolve()
@@ -76,6 +82,7 @@ class Agent:
         for sub in ("work", "tasks"):
             (node_dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(node_dir, 0o700)
+        self.staging = Staging(node_dir / "files", max_upload_bytes=max_upload_bytes)
         self._resume_saved_tasks()
 
     @property
@@ -105,7 +112,7 @@ class Agent:
 
     # ---- tasks ------------------------------------------------------------------------------
 
-    def submit(self, sub: TaskSubmission) -> tuple[bool, dict[str, Any]]:
+    def submit(self, sub: NodeTask) -> tuple[bool, dict[str, Any]]:
         """Accept ``sub``; (True, status) when it starts now, (False, status) for a repeat."""
         with self._lock:
             existing = self._runners.get(sub.task_id)
@@ -122,7 +129,7 @@ class Agent:
         runner.start()
         return True, self._status_of(runner)
 
-    def _refuse_conflicts(self, sub: TaskSubmission, existing: TaskRunner | None) -> None:
+    def _refuse_conflicts(self, sub: NodeTask, existing: TaskRunner | None) -> None:
         if existing is not None:
             old = existing.record
             if sub.attempt < old.submission.attempt:
@@ -133,7 +140,7 @@ class Agent:
         if busy is not None and busy.record.task_id != sub.task_id:
             raise AgentError(409, "node_busy", f"task {busy.record.task_id} is running")
 
-    def _new_runner(self, sub: TaskSubmission) -> TaskRunner:
+    def _new_runner(self, sub: NodeTask) -> TaskRunner:
         paths = self._paths(sub)
         paths.task_dir.mkdir(parents=True, exist_ok=True)
         paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -206,6 +213,33 @@ class Agent:
             current.join(grace_s + 1.0)
         self.stopping.set()
 
+    # ---- uploaded files ---------------------------------------------------------------------
+
+    def file_manifest(self, bundle: str) -> dict[str, Any]:
+        """What the node holds of an uploaded bundle (see :mod:`gpulease.agent.staging`)."""
+        return self.staging.manifest(bundle)
+
+    def put_files(self, bundle: str, stream: Readable) -> dict[str, Any]:
+        """Apply a sync stream to a bundle; refused while a task runs (its setup may be copying
+        the bundle, and its files must not change under it)."""
+        from gpulease import filesync
+
+        busy = self._current()
+        if busy is not None:
+            raise AgentError(409, "node_busy", f"task {busy.record.task_id} is running; files "
+                             "can change only between tasks")  # fmt: skip
+        try:
+            result = self.staging.apply(bundle, stream)
+        except filesync.UnsafePath as exc:
+            raise AgentError(422, "unsafe_path", str(exc)) from None
+        except filesync.BadStream as exc:
+            raise AgentError(422, "bad_stream", str(exc)) from None
+        except OSError as exc:
+            raise AgentError(422, "cannot_write", f"{bundle}: {exc.strerror or exc}") from None
+        log.info("files %s: %d files (%d bytes), %d deleted", bundle, result["files"],
+                 result["bytes"], result["deleted"])  # fmt: skip
+        return result
+
     # ---- internals --------------------------------------------------------------------------
 
     def _current(self) -> TaskRunner | None:
@@ -238,14 +272,15 @@ class Agent:
             status["log_size"] = 0
         return status
 
-    def _paths(self, sub: TaskSubmission) -> TaskPaths:
+    def _paths(self, sub: NodeTask) -> TaskPaths:
         return TaskPaths(
             task_dir=self.node_dir / "tasks" / sub.task_id,
             work_dir=self.work_dir,
             checkpoint_dir=self._checkpoint_dir(sub),
+            staging_dir=self.staging.root,
         )
 
-    def _checkpoint_dir(self, sub: TaskSubmission) -> Path:
+    def _checkpoint_dir(self, sub: NodeTask) -> Path:
         """``checkpoint_dir`` resolved like a file mount's remote path (relative: under the
         work dir, ``~``: the job's home); ``checkpoints/`` in the work dir when not given."""
         home = sub.envs.get("HOME", self._base_env.get("HOME"))
@@ -287,7 +322,7 @@ class Agent:
                 runner.start()
 
 
-def _same_attempt(record: TaskRecord, sub: TaskSubmission) -> bool:
+def _same_attempt(record: TaskRecord, sub: NodeTask) -> bool:
     if record.submission.attempt != sub.attempt:
         return False
     if record.submission.digest() != sub.digest():

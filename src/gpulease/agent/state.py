@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulease.agent.api import TaskSubmission
-from gpulease.wire import PREEMPTED_EXIT_CODE, TaskState
+from gpulease.wire import PREEMPTED_EXIT_CODE, NodeTask, TaskState
 
 __all__ = ["PREEMPTED_EXIT_CODE", "TRANSITIONS", "InvalidTransition", "TaskRecord", "TaskState",
            "load_record", "save_record", "set_state", "write_json_atomic"]  # fmt: skip
@@ -49,7 +48,7 @@ class InvalidTransition(RuntimeError):
 class TaskRecord:
     """What the agent knows about one task (the latest attempt)."""
 
-    submission: TaskSubmission
+    submission: NodeTask
     state: TaskState = TaskState.PENDING
     phase: str | None = None  # "setup" | "run" while a process runs or was last run
     pgid: int | None = None  # the running phase's process group
@@ -78,7 +77,7 @@ class TaskRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskRecord:
         data = dict(data)
-        data["submission"] = TaskSubmission.model_validate(data["submission"])
+        data["submission"] = NodeTask.model_validate(data["submission"])
         data["state"] = TaskState(data["state"])
         data["history"] = [(str(s), float(t)) for s, t in data.get("history", [])]
         return cls(**data)

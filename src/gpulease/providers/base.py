@@ -146,10 +146,15 @@ class Provider(ABC):
     """Synchronous and typed; every call returns quickly (no waiting for boot).
 
     ``events_every_s``: how often the controller may call ``poll_events`` (0: every pass); a cloud
-    whose events cost API calls sets it so a busy server does not throttle itself."""
+    whose events cost API calls sets it so a busy server does not throttle itself.
+
+    ``shares_files``: whether the nodes see this machine's files at the same paths (local, sim).
+    When they do not (the default: cloud VMs, a Slurm cluster), the server uploads a task's
+    workdir and file mounts through each node's agent before submitting it."""
 
     name: str
     events_every_s: float = 0.0
+    shares_files: bool = False
 
     @abstractmethod
     def launch(self, request: LaunchRequest) -> list[Instance]: ...

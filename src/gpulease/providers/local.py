@@ -82,6 +82,7 @@ class LocalProvider(
     Provider, SupportsStopStart, SupportsMultiNode, SupportsNodeToken, SupportsOffers
 ):
     name = "local"
+    shares_files = True  # the nodes are processes on this machine
 
     def __init__(
         self,

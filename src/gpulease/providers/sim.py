@@ -92,6 +92,7 @@ class SimProvider(
     Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, SupportsSpotMarket, SupportsOffers
 ):
     name = "sim"
+    shares_files = True  # its nodes are local processes
 
     def __init__(
         self,

@@ -2,8 +2,10 @@
 
 Owns :class:`HttpAgents` (the :class:`~gpulease.controller.AgentConnector`: node tokens —
 from the provider when it hands them out, else derived from ``server.key`` — and one cached
-client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, exec). Moves no
-states.
+client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, exec). On a node
+whose provider does not share this machine's files (``Provider.shares_files`` false), ``submit``
+first uploads the task's workdir and file mounts (:mod:`gpulease.server.uploads`) and submits
+the node's paths. Moves no states.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Mapping
 
 from pydantic import SecretStr
 
+from gpulease import filesync
 from gpulease.agent.client import AgentClient, AgentRequestError, AgentUnavailable
 from gpulease.controller import AgentReport, Liveness, NodeRef
 from gpulease.providers.base import Provider, SupportsNodeToken
 from gpulease.server.keys import derived_node_token
+from gpulease.server.uploads import Uploader
 from gpulease.state import hash_token
 from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
 
@@ -25,8 +29,11 @@ log = logging.getLogger("gpulease.server")
 
 
 class HttpAgent:
-    def __init__(self, client: AgentClient) -> None:
+    """``uploader``: set when the node does not share this machine's files."""
+
+    def __init__(self, client: AgentClient, uploader: Uploader | None = None) -> None:
         self.client = client
+        self.uploader = uploader
 
     def poll(self, task_id: str) -> AgentReport:
         try:
@@ -65,6 +72,8 @@ class HttpAgent:
         )
 
     def submit(self, task: NodeTask) -> None:
+        if self.uploader is not None:
+            task, _reports = self.uploader.deliver(self.client, task)
         self.client.submit(task)
 
     def cancel(self, task_id: str) -> None:
@@ -87,10 +96,18 @@ class HttpAgent:
 
 
 class HttpAgents:
-    def __init__(self, providers: Mapping[str, Provider], key: bytes, timeout: float = 2.0):
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        key: bytes,
+        timeout: float = 2.0,
+        *,
+        file_limit: int = int(filesync.DEFAULT_MAX_MB * 1_000_000),
+    ) -> None:
         self.providers = providers
         self._key = key
         self._timeout = timeout
+        self.uploader = Uploader(file_limit)
         self._clients: dict[tuple[str, str, str], HttpAgent] = {}
         self._lock = threading.Lock()
 
@@ -117,7 +134,9 @@ class HttpAgents:
                     self._clients.pop(old).client.close()
                 token = self.token(node.provider, node.instance_id)
                 client = AgentClient(node.agent_url, token, timeout=self._timeout)
-                found = self._clients[key] = HttpAgent(client)
+                provider = self.providers.get(node.provider)
+                shares = provider is not None and provider.shares_files
+                found = self._clients[key] = HttpAgent(client, None if shares else self.uploader)
             return found
 
     def forget(self, node: NodeRef) -> None:

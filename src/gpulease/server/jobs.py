@@ -67,6 +67,7 @@ class JobService:
         task = taken.task
         name = check_name(name or task.name or "job")
         spot, on_demand = self._targets(task)
+        self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, (*spot, *on_demand))
         with session_scope(self.engine) as session:
             clock_name = self.loop.clock_name(frozenset(t.provider for t in (*spot, *on_demand)))
             now_job = self.loop.job_clock(clock_name).now()

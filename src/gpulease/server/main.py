@@ -32,6 +32,7 @@ from gpulease import config
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.jobs import JobService
@@ -120,12 +121,13 @@ def _assemble(home: Path) -> _Parts:
     cfg = config.load_config()
     providers = build_providers(cfg)
     settings = provider_settings(cfg)
-    agents = HttpAgents(providers, server_key(home))
+    file_limit = max_bytes(cfg)
+    agents = HttpAgents(providers, server_key(home), file_limit=file_limit)
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
                       jobs=job_loop)  # fmt: skip
     service = ClusterService(engine, providers, agents, settings=settings, clock=clock,
-                             owner=owner, wake=loop.wake)  # fmt: skip
+                             owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
 

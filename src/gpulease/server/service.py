@@ -13,11 +13,12 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Engine
 
+from gpulease import filesync
 from gpulease.clock import Clock
 from gpulease.controller import LaunchDocument, NodeRef
 from gpulease.controller.document import cluster_task_id
@@ -27,6 +28,7 @@ from gpulease.providers.base import Provider, SupportsSsh, SupportsStopStart
 from gpulease.providers.registry import runtime_catalog
 from gpulease.server.planning import launch_targets
 from gpulease.server.tasks import take_task
+from gpulease.server.uploads import check_sources
 from gpulease.server.views import cluster_view
 from gpulease.state import (
     Cluster,
@@ -83,8 +85,10 @@ class ClusterService:
         clock: Clock,
         owner: str,
         wake: Callable[[], None] = lambda: None,
+        file_limit: int = int(filesync.DEFAULT_MAX_MB * 1_000_000),
     ) -> None:
         self.engine = engine
+        self.file_limit = file_limit
         self.providers = providers
         self.agents = agents
         self.settings = settings
@@ -108,6 +112,7 @@ class ClusterService:
         taken = take_task(task_data, workdir=workdir)
         name = check_name(name or taken.task.name)
         targets = launch_targets(taken.task, self.catalog(), frozenset(self.providers))
+        self.check_files(taken.run.workdir, taken.run.file_mounts, targets)
         doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
         try:
             view = self._create(name, targets[0], doc, autostop_minutes=autostop_minutes,
@@ -117,6 +122,18 @@ class ClusterService:
                            "--name") from None  # fmt: skip
         self.wake()
         return {**view, "warnings": list(taken.warnings)}
+
+    def check_files(
+        self, workdir: str | None, file_mounts: Mapping[str, str], targets: Iterable[LaunchTarget]
+    ) -> None:
+        """Fail the launch up front (exit 2) when a workdir or file mount is missing or too
+        big — or, when some plan's nodes do not share this machine's files, holds a link out."""
+        remote = any(not self._shares_files(t.provider) for t in targets)
+        check_sources(workdir, file_mounts, limit=self.file_limit, remote=remote)
+
+    def _shares_files(self, provider: str) -> bool:
+        found = self.providers.get(provider)
+        return found is not None and found.shares_files
 
     def _create(
         self,
