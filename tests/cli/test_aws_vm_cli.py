@@ -1,14 +1,17 @@
-"""A task on an AWS node, end to end: the real CLI and server, the aws provider against moto,
-and moto's instance made a real VM by tests/awsvm.py (network and mount namespaces, sshd,
-user-data, IMDS). The server brings its own gpulease over SSH (the image has none), the task's
-output comes back through the SSH tunnel, ``logs``, ``exec`` and ``ssh`` reach the VM, and
-``down`` leaves no instance, namespace, key pair or security group."""
+"""The README's examples on AWS nodes, end to end: the real CLI and server, the aws provider
+against moto, and moto's instances made real VMs by tests/awsvm.py (network and mount
+namespaces, sshd, user-data, IMDS; the VMs see neither the repository nor the server's home).
+
+``examples/quickstart.yaml --provider aws`` trains to its accuracy line: the server brought its
+own gpulease over SSH (the image has torch and no gpulease), the workdir travelled through the
+agent, the output came back through the SSH tunnel; ``logs``, ``exec`` and ``ssh`` reach the VM
+and ``down`` leaves no instance, VM, key pair or security group. ``examples/ddp-2node.yaml``
+trains with DDP across two VMs (torchrun's rendezvous and gloo over the VMs' own addresses)."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,15 +22,6 @@ from tests.cli.conftest import Cli
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("awsvm")]
-
-TASK = """name: awsvm
-resources:
-  providers: [aws]
-  regions: [us-east-1]
-run: |
-  echo "rank $GPULEASE_NODE_RANK at $GPULEASE_NODE_IPS"
-  python -c 'import importlib.metadata as m; print("gpulease", m.version("gpulease"))'
-"""
 
 
 @pytest.fixture
@@ -50,35 +44,46 @@ def _tagged(ec2: Any, kind: str) -> list[dict[str, Any]]:
     return [x for x in found if any(t["Key"] == "gpulease-owner" for t in x.get("Tags", []))]
 
 
-def test_a_task_runs_on_a_vm_with_the_servers_own_gpulease(
+def test_the_quickstart_trains_on_a_vm_with_the_servers_own_gpulease(
     user: Cli,
     aws_vms: AwsVms,  # noqa: F811 - fixture
-    tmp_path: Path,
 ) -> None:
-    task = tmp_path / "awsvm.yaml"
-    task.write_text(TASK)
-    launched = _ok(user("launch", str(task), timeout=180))
+    launched = _ok(user("launch", "examples/quickstart.yaml", "--provider", "aws", timeout=300))
+    assert "test accuracy" in launched.stdout and "quickstart: succeeded" in launched.stderr
+    assert "launching quickstart on aws/us-east-1" in launched.stderr
     ((instance_id, vm),) = aws_vms.cloud.vms.items()
     print(f"\nVM boot to agent start: {vm.agent_started_after():.1f} s")
-    assert f"rank 0 at {vm.address}" in launched.stdout  # the address map is the node's IP
-    assert f"gpulease {own_version()}" in launched.stdout  # exactly the server's wheel
-    assert "awsvm: succeeded" in launched.stderr
-    assert f"gpulease {own_version()}" in _ok(user("logs", "awsvm")).stdout
+    assert "test accuracy" in _ok(user("logs", "quickstart")).stdout
 
-    out = _ok(user("exec", "awsvm", "echo $MASTER_ADDR; cat /opt/gpulease/agent.version")).stdout
-    assert out.split() == [vm.address, own_version()]  # /opt/gpulease is the VM's own
-    image_python = aws_vms.cloud.image.python
-    shell = _ok(user("ssh", "awsvm", "--command",
-                     f"echo $NODE_RANK; cat /opt/gpulease/agent.version; ip -o -4 addr show eth0;"
-                     f" {image_python} -c 'import torch, gpulease' 2>&1 | tail -n 1"))  # fmt: skip
-    rank, version, *rest = shell.stdout.splitlines()
-    assert (rank, version) == ("0", own_version())
-    assert f"inet {vm.address}/" in rest[0]  # a real ssh session inside the VM's namespace
-    assert "No module named 'gpulease'" in rest[1]  # the image has torch, not gpulease
+    version = "import importlib.metadata as m; print(m.version('gpulease'))"
+    out = _ok(user("exec", "quickstart", f'echo $MASTER_ADDR; python -c "{version}"')).stdout
+    assert out.split() == [vm.address, own_version()]  # the address map; exactly the server's
+    shell = _ok(user("ssh", "quickstart", "--command",
+                     "echo $NODE_RANK; cat /opt/gpulease/agent.version; ip -o -4 addr show eth0;"
+                     f" {aws_vms.cloud.image.python} -c 'import torch, gpulease' 2>&1 | tail -n 1;"
+                     " ls train_digits.py"))  # fmt: skip
+    rank, agent, addr, image, workdir = shell.stdout.splitlines()
+    assert (rank, agent, workdir) == ("0", own_version(), "train_digits.py")  # the task's dir
+    assert f"inet {vm.address}/" in addr  # a real ssh session inside the VM's namespace
+    assert "No module named 'gpulease'" in image  # the image has torch, not gpulease
 
-    assert "awsvm: terminated" in _ok(user("down", "awsvm")).stdout
+    assert "quickstart: terminated" in _ok(user("down", "quickstart")).stdout
     state = aws_vms.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]
     assert state["Instances"][0]["State"]["Name"] == "terminated"
     wait_until(lambda: not aws_vms.cloud.namespaces() or None, 30, "the VM's namespace to go")
     wait_until(lambda: not _tagged(aws_vms.ec2, "groups") or None, 30, "the security group")
     assert _tagged(aws_vms.ec2, "keys") == []
+
+
+def test_the_ddp_example_trains_across_two_vms(
+    user: Cli,
+    aws_vms: AwsVms,  # noqa: F811 - fixture
+) -> None:
+    out = _ok(user("launch", "examples/ddp-2node.yaml", "--provider", "aws", timeout=300))
+    assert "(world size 2)" in out.stdout, out.stdout + out.stderr
+    head = _ok(user("exec", "ddp-2node", "hostname -I", "--rank", "0")).stdout.split()
+    other = _ok(user("exec", "ddp-2node", "echo $MASTER_ADDR $NODE_RANK; hostname -I", "--rank",
+                     "1")).stdout.split()  # fmt: skip
+    assert {head[0], other[2]} == {vm.address for vm in aws_vms.cloud.vms.values()}  # two VMs
+    assert other[:2] == [head[0], "1"]  # rank 1 trained with rank 0's VM as its master
+    _ok(user("down", "ddp-2node"))
