@@ -1,8 +1,9 @@
 """`gpulease launch --provider aws` end to end against a real moto server process: the server
 plans, creates tagged spot instances in the planned region and zone, `status` shows them, and
 `down` leaves no instance, security group or key pair with gpulease tags (checked with boto3).
-Moto runs no VMs, so no agent answers and the cluster stays provisioning: the agent part is
-covered by the local-provider tests (docs/aws.md)."""
+With ``tunnels: false`` nothing reaches the instance and the cluster stays provisioning: the
+EC2 side alone. The node side on aws — moto's instances made VMs — is tests/cli/test_aws_vm_*.py
+(docs/aws.md)."""
 
 from __future__ import annotations
 

@@ -123,8 +123,13 @@ def test_key_pair_and_group_are_made_once_per_region_and_removed_when_unused(
     pem = tmp_path / "aws" / f"us-east-1-{OWNER}.pem"
     assert stat.S_IMODE(pem.stat().st_mode) == 0o600
     (group,) = _groups(ec2)
-    assert [(p["FromPort"], p["ToPort"], [r["CidrIp"] for r in p["IpRanges"]])
-            for p in group["IpPermissions"]] == [(22, 22, ["198.51.100.7/32"])]  # fmt: skip
+    rules = sorted(
+        (p["IpProtocol"], p.get("FromPort"), [r["CidrIp"] for r in p["IpRanges"]],
+         sorted({g["GroupId"] for g in p["UserIdGroupPairs"]}))
+        for p in group["IpPermissions"]
+    )  # fmt: skip
+    # SSH from the server only; everything from the group's own members (node to node)
+    assert rules == [("-1", None, [], [group["GroupId"]]), ("tcp", 22, ["198.51.100.7/32"], [])]
     provider.terminate(ids[:1])
     provider.poll_events()
     assert len(_groups(ec2)) == 1  # still used by the other launch
@@ -220,6 +225,10 @@ def test_the_orphan_sweep_terminates_only_this_owners_instances(
         ({"agent_port": 0}, "providers.aws.agent_port"),
         ({"subnets": {"us-east-1a": "vpc-1"}}, "providers.aws.subnets"),
         ({"tunnels": "yes"}, "providers.aws.tunnels"),
+        ({"install": "conda"}, "providers.aws.install"),
+        ({"python": ""}, "providers.aws.python"),
+        ({"address_map": 7}, "providers.aws.address_map"),
+        ({"placement_group": "no"}, "providers.aws.placement_group"),
         ({"colour": "blue"}, "providers.aws.colour"),
     ],
 )
@@ -234,13 +243,22 @@ def test_settings_defaults_and_values() -> None:
     assert AwsSettings.from_mapping(None).ssh_cidr == "127.0.0.1/32"
 
 
-def test_user_data_pins_the_version_and_binds_the_agent_to_loopback() -> None:
+def test_user_data_prepares_the_vm_and_leaves_installing_to_the_server() -> None:
     from pydantic import SecretStr
 
-    script = user_data(SecretStr("s3cr3t"), 7070, version="1.2.3")
+    script = user_data(SecretStr("s3cr3t"), 7070, python="/opt/pytorch/bin/python3")
+    assert script.startswith("#!/bin/bash")
+    assert "/opt/pytorch/bin/python3 -m venv --system-site-packages" in script
+    assert "pip install" not in script and "gpulease.agent" not in script
+    assert script.rstrip().endswith("touch $G/ready")
+
+
+def test_user_data_with_install_pypi_pins_the_version_and_binds_the_agent_to_loopback() -> None:
+    from pydantic import SecretStr
+
+    script = user_data(SecretStr("s3cr3t"), 7070, install="pypi", version="1.2.3")
     assert "'gpulease[aws]==1.2.3'" in script
     assert "--host 127.0.0.1" in script and "--port 7070" in script and "--imds" in script
-    assert script.startswith("#!/bin/bash")
 
 
 def test_the_server_builds_aws_only_from_a_providers_aws_section(

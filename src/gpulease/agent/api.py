@@ -1,23 +1,18 @@
 """The agent's wire models: request bodies of the HTTP API (``/v1``), validated with pydantic.
 
-Owns the shape of what the server sends to a node (a task submission, stop and exec requests)
-and the rules such a body must satisfy. The checkpoint fields of a submission are checked for
-shape here; whether ``checkpoint_store`` names a store is decided when the task starts
-(:mod:`gpulease.agent.ckpt_sync`), so a bad URL fails the task with a message instead of
-refusing the body. Responses are plain JSON built by :mod:`gpulease.agent.service`; see
-``docs/agent.md`` for both.
+Owns the shape of the stop, exec and shutdown requests the server sends to a node. The task
+submission itself is :class:`gpulease.wire.NodeTask`, the type both sides share; its checkpoint
+fields are checked for shape there, and whether ``checkpoint_store`` names a store is decided
+when the task starts (:mod:`gpulease.agent.ckpt_sync`), so a bad URL fails the task with a
+message instead of refusing the body. Responses are plain JSON built by
+:mod:`gpulease.agent.service`; see ``docs/agent.md`` for both.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpulease.wire import MAX_SYNC_S, TASK_ID_PATTERN, NodeTask
-
 API_VERSION = 1
-TaskSubmission = NodeTask  # the body of POST /v1/tasks: the shared node-side task
-__all__ = ["API_VERSION", "MAX_SYNC_S", "TASK_ID_PATTERN", "ExecRequest", "ShutdownRequest",
-           "StopRequest", "TaskSubmission"]  # fmt: skip
 
 
 class _Body(BaseModel):

@@ -115,6 +115,10 @@ class Client:
         response, chunk = self._log_chunk(f"/v1/clusters/{name}/logs", params, wait_s)
         return LogChunk(**chunk, cluster_status=response.headers["X-Gpulease-Cluster-Status"])
 
+    def ssh_target(self, name: str, *, rank: int = 0) -> dict[str, Any]:
+        """Host, port, user, key file and known-hosts file of node ``rank`` (SSH providers)."""
+        return self._json("GET", f"/v1/clusters/{name}/ssh", params={"rank": rank})
+
     def exec(
         self, name: str, command: str, *, rank: int = 0, timeout_s: float = 60.0
     ) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from gpulease.clock import Clock
 from gpulease.errors import Permanent, Retryable
+from gpulease.providers.ssh import SshTarget
 
 if TYPE_CHECKING:
     from gpulease.catalog import Catalog
@@ -193,6 +194,14 @@ class SupportsNodeToken(ABC):
 
     @abstractmethod
     def node_token(self, instance_id: str) -> SecretStr: ...
+
+
+class SupportsSsh(ABC):
+    """The provider's nodes are machines the server logs in to over SSH (``gpulease ssh``)."""
+
+    @abstractmethod
+    def ssh_target(self, instance_id: str) -> SshTarget:
+        """Where and as whom to log in to the instance, with which key."""
 
 
 class SupportsSpotMarket(ABC):

@@ -167,6 +167,10 @@ def _agent_routes(router: APIRouter, service: ClusterService) -> None:
         }
         return Response(chunk.data, media_type="application/octet-stream", headers=headers)
 
+    @router.get("/clusters/{name}/ssh")
+    def ssh_target(name: str, rank: int = 0) -> dict[str, Any]:
+        return service.ssh_target(name, rank)
+
     @router.post("/clusters/{name}/exec")
     def exec_(name: str, body: ExecBody) -> dict[str, Any]:
         result = service.exec(name, body.command, rank=body.rank, timeout_s=body.timeout_s)

@@ -24,7 +24,7 @@ from gpulease.controller import LaunchDocument, NodeRef
 from gpulease.controller.document import cluster_task_id
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
-from gpulease.providers.base import Provider, SupportsStopStart
+from gpulease.providers.base import Provider, SupportsSsh, SupportsStopStart
 from gpulease.providers.registry import runtime_catalog
 from gpulease.server.planning import launch_targets
 from gpulease.server.tasks import take_task
@@ -263,6 +263,22 @@ class ClusterService:
             if chunk.data or chunk.complete or status is not first or time.monotonic() >= deadline:
                 return chunk, status
             time.sleep(0.1)
+
+    def ssh_target(self, name: str, rank: int = 0) -> dict[str, Any]:
+        """How to log in to node ``rank`` over SSH (providers whose nodes are machines): host,
+        port, user, and the paths of the key and known-hosts file on this server's machine."""
+        ref, _task_id, status = self._node(name, rank)
+        if ref is None:
+            raise Conflict(f"cluster {name!r} is {status.value}: node {rank} is not up")
+        provider = self.providers.get(ref.provider)
+        if not isinstance(provider, SupportsSsh):
+            raise Conflict(f"cluster {name!r}: {ref.provider} nodes have no SSH login")
+        target = provider.ssh_target(ref.instance_id)
+        from gpulease.providers.ssh import ssh_options
+
+        return {"host": target.host, "port": target.port, "user": target.user,
+                "key_file": str(target.key), "known_hosts": str(target.known_hosts),
+                "destination": target.destination, "options": ssh_options(target)}  # fmt: skip
 
     def exec(
         self, name: str, command: str, *, rank: int = 0, timeout_s: float = 60.0

@@ -3,13 +3,16 @@
 instance of that owner uses them.
 
 Creation is idempotent and race-safe (``InvalidKeyPair.Duplicate`` / ``InvalidGroup.Duplicate``
-mean another call made it first). The security group admits only TCP 22 from ``ssh_cidr``.
-The private key is written 0600 to ``<home>/aws/<region>-<owner>.pem`` and never logged.
-Moves no states.
+mean another call made it first). The security group admits TCP 22 from ``ssh_cidr`` and all
+traffic from members of the group itself (node to node: rendezvous, NCCL/gloo, EFA); a group
+missing one of these rules (made by an older gpulease, or by a call that died before
+authorizing) gets it on the next launch. The private key is written 0600 to
+``<home>/aws/<region>-<owner>.pem`` and never logged. Moves no states.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,12 +66,55 @@ def ensure_key_pair(ec2: Ec2Clients, root: Path, region: str, owner: str) -> str
     return name
 
 
-def find_group(ec2: Ec2Clients, region: str, owner: str) -> str | None:
+def _describe_group(ec2: Ec2Clients, region: str, owner: str) -> dict[str, Any] | None:
     groups = ec2.run(
         region, "describe_security_groups",
         Filters=[{"Name": "group-name", "Values": [resource_name(owner)]}],
     )["SecurityGroups"]  # fmt: skip
-    return str(groups[0]["GroupId"]) if groups else None
+    return dict(groups[0]) if groups else None
+
+
+def find_group(ec2: Ec2Clients, region: str, owner: str) -> str | None:
+    group = _describe_group(ec2, region, owner)
+    return str(group["GroupId"]) if group else None
+
+
+def ingress_rules(group_id: str, ssh_cidr: str) -> list[dict[str, Any]]:
+    """SSH from the server, and everything from the group's own members (node to node)."""
+    return [
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
+         "IpRanges": [{"CidrIp": ssh_cidr, "Description": "gpulease server"}]},
+        {"IpProtocol": "-1",
+         "UserIdGroupPairs": [{"GroupId": group_id, "Description": "gpulease nodes"}]},
+    ]  # fmt: skip
+
+
+def _has(existing: list[dict[str, Any]], rule: dict[str, Any]) -> bool:
+    for perm in existing:
+        if str(perm.get("IpProtocol")) != rule["IpProtocol"]:
+            continue
+        if perm.get("FromPort") != rule.get("FromPort") or perm.get("ToPort") != rule.get("ToPort"):
+            continue
+        cidrs = {r.get("CidrIp") for r in perm.get("IpRanges") or []}
+        groups = {p.get("GroupId") for p in perm.get("UserIdGroupPairs") or []}
+        wanted_cidrs = {r["CidrIp"] for r in rule.get("IpRanges", [])}
+        wanted_groups = {p["GroupId"] for p in rule.get("UserIdGroupPairs", [])}
+        if wanted_cidrs <= cidrs and wanted_groups <= groups:
+            return True
+    return False
+
+
+def _authorize_missing(
+    ec2: Ec2Clients, region: str, group_id: str, ssh_cidr: str, existing: list[dict[str, Any]]
+) -> None:
+    missing = [r for r in ingress_rules(group_id, ssh_cidr) if not _has(existing, r)]
+    if not missing:
+        return
+    with contextlib.suppress(ExpectedError):  # Duplicate: a concurrent call authorized them
+        ec2.run(
+            region, "authorize_security_group_ingress", GroupId=group_id, IpPermissions=missing,
+            expected=frozenset({"InvalidPermission.Duplicate"}),
+        )  # fmt: skip
 
 
 def ensure_group(ec2: Ec2Clients, region: str, owner: str, ssh_cidr: str) -> str:
@@ -76,20 +122,17 @@ def ensure_group(ec2: Ec2Clients, region: str, owner: str, ssh_cidr: str) -> str
     try:
         group_id = str(ec2.run(
             region, "create_security_group", GroupName=name,
-            Description=f"gpulease nodes of {owner}: SSH from the server only",
+            Description=f"gpulease nodes of {owner}: SSH from the server, all from each other",
             TagSpecifications=_tags("security-group", owner),
             expected=frozenset({"InvalidGroup.Duplicate"}),
         )["GroupId"])  # fmt: skip
+        existing: list[dict[str, Any]] = []
     except ExpectedError:  # the duplicate: another call made it first
-        found = find_group(ec2, region, owner)
+        found = _describe_group(ec2, region, owner)
         if found is None:
             raise ProviderError(f"security group {name} in {region} vanished") from None
-        return found
-    ec2.run(
-        region, "authorize_security_group_ingress", GroupId=group_id,
-        IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
-                        "IpRanges": [{"CidrIp": ssh_cidr, "Description": "gpulease server"}]}],
-    )  # fmt: skip
+        group_id, existing = str(found["GroupId"]), list(found.get("IpPermissions") or [])
+    _authorize_missing(ec2, region, group_id, ssh_cidr, existing)
     return group_id
 
 

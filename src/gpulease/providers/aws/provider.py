@@ -4,11 +4,18 @@
   up first (moto ignores ``ClientToken``; real EC2 honours the one we also pass), else one
   RunInstances (``MinCount = MaxCount = num_nodes``, spot one-time when asked, the request's
   zone, every request tag on instances and volumes), then ``gpulease-node-rank`` per instance
-  by ``AmiLaunchIndex``. The owner's key pair and security group are made on demand.
+  by ``AmiLaunchIndex``. The owner's key pair and security group are made on demand; a
+  multi-node launch gets a cluster placement group, an EFA type an EFA interface
+  (:mod:`.placement`).
+- ``list_instances``/agent URLs: a running instance's SSH address is the address map's entry,
+  else its public address; the server bootstraps gpulease on it in the background
+  (:mod:`.bootstrap`) and the agent URL appears once that is done and the agent answers
+  through the SSH tunnel (:mod:`.tunnel`).
 - ``terminate``: TerminateInstances per region for the ids that exist; never confirms.
 - ``list_instances``: DescribeInstances with tag filters in every region used or configured.
-- ``poll_events``: derived by polling (:mod:`.events`); after ``terminate``, the owner's key
-  pair and group in that region are deleted once no instance of the owner is left there.
+- ``poll_events``: derived by polling (:mod:`.events`); placement groups no live instance uses
+  are deleted; after ``terminate``, the owner's key pair and group in that region are deleted
+  once no instance of the owner is left there.
 
 Moves no states of its own: EC2 holds them; this maps them (:mod:`.mapping`).
 """
@@ -28,11 +35,19 @@ from typing import Any
 from pydantic import SecretStr
 
 from gpulease.errors import GpuleaseError, UserInputError
-from gpulease.providers.aws.access import delete_access, ensure_access, key_path
+from gpulease.providers.aws.access import Access, delete_access, ensure_access, key_path
 from gpulease.providers.aws.ami import AmiResolver, family
+from gpulease.providers.aws.bootstrap import Bootstraps
 from gpulease.providers.aws.clients import Ec2Clients, RegionSet
 from gpulease.providers.aws.events import EventTracker
-from gpulease.providers.aws.mapping import ec2_state, tags_of, to_instance
+from gpulease.providers.aws.mapping import ec2_state, read_address_map, tags_of, to_instance
+from gpulease.providers.aws.placement import (
+    TAG_PLACEMENT,
+    InstanceNetworks,
+    PlacementGroups,
+    efa_interfaces,
+    wants_group,
+)
 from gpulease.providers.aws.settings import AwsSettings, request_ami
 from gpulease.providers.aws.tunnel import Tunnels
 from gpulease.providers.aws.userdata import request_token, token_key, user_data
@@ -49,8 +64,11 @@ from gpulease.providers.base import (
     SupportsMultiNode,
     SupportsNodeToken,
     SupportsSpot,
+    SupportsSsh,
     SupportsStopStart,
 )
+from gpulease.providers.ssh import SshTarget
+from gpulease.providers.wheel import own_wheel
 
 _LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
 _ZONE_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*-az\d+$")  # an availability-zone id
@@ -71,13 +89,15 @@ def _client_token(request_id: str) -> str:
     return hashlib.sha256(request_id.encode()).hexdigest()[:64]
 
 
-class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken):
+class AwsProvider(
+    Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken, SupportsSsh
+):
     name = "aws"
     events_every_s = 5.0  # DescribeInstances per region: the 2-minute spot notice leaves room
 
     def __init__(
         self, root: Path, settings: AwsSettings | None = None, *, retry_base: float = 0.5,
-        attempts: int = 5,
+        attempts: int = 5, wheel_dir: Path | None = None, bootstrap_base_s: float = 0.5,
     ) -> None:  # fmt: skip
         self.root = root
         self.settings = settings or AwsSettings()
@@ -87,8 +107,14 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
         self.regions = RegionSet(root / "regions.json", self.settings.regions, self.default_region)
         self.amis = AmiResolver(self.ec2)
         self.events = EventTracker()
-        self.tunnels = Tunnels(root / "known_hosts", user=self.settings.ssh_user,
-                               agent_port=self.settings.agent_port)  # fmt: skip
+        self.tunnels = Tunnels(agent_port=self.settings.agent_port)
+        wheels = wheel_dir or root / "wheels"
+        self.bootstraps = Bootstraps(
+            (lambda: own_wheel(wheels)) if self.settings.install == "server" else None,
+            agent_port=self.settings.agent_port, base_s=bootstrap_base_s,
+        )  # fmt: skip
+        self.placement = PlacementGroups(self.ec2, root / "placement-groups.json")
+        self.networks = InstanceNetworks(self.ec2)
         self._requests: dict[str, str] = {}  # instance id -> request id (for node tokens)
         self._cleanup: set[tuple[str, str]] = set()  # (region, owner) to clean once unused
         self._lock = threading.Lock()
@@ -101,7 +127,9 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
             raise UserInputError(
                 "providers.aws: the aws provider needs boto3: pip install 'gpulease[aws]'"
             )
-        return cls(root, settings)
+        from gpulease.config import home
+
+        return cls(root, settings, wheel_dir=home() / "wheels")
 
     # ---- the Provider contract ---------------------------------------------------------------
 
@@ -111,7 +139,9 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
         existing = self.ec2.instances(region, _tag_filters({TAG_REQUEST: request.request_id}))
         if not existing:
             existing = self._run(region, request)
-        instances = sorted((self._instance(region, d) for d in existing), key=lambda i: i.node_rank)
+        addresses = read_address_map(self.settings.address_map)
+        instances = sorted((self._instance(region, d, addresses) for d in existing),
+                           key=lambda i: i.node_rank)  # fmt: skip
         for inst in instances:
             self.events.seen(inst.id, "pending")
         return instances
@@ -119,34 +149,60 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
     def _run(self, region: str, request: LaunchRequest) -> list[dict[str, Any]]:
         access = ensure_access(self.ec2, self.root, region, request.owner, self.settings.ssh_cidr)
         token = request_token(token_key(self.root), request.request_id)
-        tags = _tag_list(request.all_tags())
+        instance_type = request.instance_type or self.settings.instance_type
+        extra = {}
+        group = None
+        if self.settings.placement_group and wants_group(request.num_nodes, instance_type):
+            group = self.placement.ensure(region, request.owner, request.request_id)
+            extra[TAG_PLACEMENT] = group
+        tags = _tag_list({**request.all_tags(), **extra})
         params: dict[str, Any] = {
             "ImageId": self._ami(region, request),
-            "InstanceType": request.instance_type or self.settings.instance_type,
+            "InstanceType": instance_type,
             "MinCount": request.num_nodes, "MaxCount": request.num_nodes,
             "ClientToken": _client_token(request.request_id),
-            "KeyName": access.key_name, "SecurityGroupIds": [access.group_id],
-            "UserData": user_data(token, self.settings.agent_port),
+            "KeyName": access.key_name,
+            "UserData": user_data(token, self.settings.agent_port, install=self.settings.install,
+                                  python=self.settings.python),
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
                                   {"ResourceType": "volume", "Tags": tags}],
+            **self._placement(region, request, group, instance_type, access),
         }  # fmt: skip
-        if request.zone:
-            zone = self._zone_name(region, request.zone)
-            params["Placement"] = {"AvailabilityZone": zone}
-            subnet = self.settings.subnets.get(zone) or self.settings.subnets.get(request.zone)
-            if subnet:
-                params["SubnetId"] = subnet
         if request.spot:
             params["InstanceMarketOptions"] = _SPOT
         if self.settings.instance_profile:
             params["IamInstanceProfile"] = {"Name": self.settings.instance_profile}
-        made = self.ec2.run(region, "run_instances", zone=request.zone, **params)["Instances"]
+        try:
+            made = self.ec2.run(region, "run_instances", zone=request.zone, **params)["Instances"]
+        finally:
+            if group:
+                self.placement.filled(group)
         for data in made:
             rank = str(int(data.get("AmiLaunchIndex") or 0))
             self.ec2.run(region, "create_tags", Resources=[data["InstanceId"]],
                          Tags=[{"Key": TAG_NODE_RANK, "Value": rank}])  # fmt: skip
             data["Tags"] = [*tags, {"Key": TAG_NODE_RANK, "Value": rank}]
         return list(made)
+
+    def _placement(
+        self, region: str, request: LaunchRequest, group: str | None, instance_type: str,
+        access: Access,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Placement, subnet, security group and network interfaces of a RunInstances call."""
+        placement: dict[str, Any] = {"GroupName": group} if group else {}
+        subnet = None
+        if request.zone:
+            zone = self._zone_name(region, request.zone)
+            placement["AvailabilityZone"] = zone
+            subnet = self.settings.subnets.get(zone) or self.settings.subnets.get(request.zone)
+        params: dict[str, Any] = {"Placement": placement} if placement else {}
+        if self.networks.get(region, instance_type).efa:  # the group and subnet go in the ENI
+            params["NetworkInterfaces"] = efa_interfaces(access.group_id, subnet)
+            return params
+        params["SecurityGroupIds"] = [access.group_id]
+        if subnet:
+            params["SubnetId"] = subnet
+        return params
 
     def _zone_name(self, region: str, zone: str) -> str:
         """The zone's name (``us-east-1a``) for Placement: catalogs name zones by their id
@@ -172,6 +228,7 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
                                   if TAG_OWNER in tags_of(d)}  # fmt: skip
             for iid in ids:
                 self.tunnels.drop(iid)
+                self.bootstraps.forget(iid)
 
     def _locate(self, instance_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Region → descriptions of the given ids that exist there (missing ids: ignored)."""
@@ -188,24 +245,48 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
     def list_instances(self, tags: Mapping[str, str]) -> list[Instance]:
         filters = _tag_filters(tags) or [{"Name": "tag-key", "Values": [TAG_OWNER]}]
         listed: list[Instance] = []
+        addresses = read_address_map(self.settings.address_map)
         for region in self.regions.all():
-            listed += [self._instance(region, d) for d in self.ec2.instances(region, filters)]
+            listed += [self._instance(region, d, addresses)
+                       for d in self.ec2.instances(region, filters)]  # fmt: skip
         return listed
 
-    def _instance(self, region: str, data: Mapping[str, Any]) -> Instance:
+    def _instance(self, region: str, data: Mapping[str, Any],
+                  addresses: Mapping[str, str] | None = None) -> Instance:  # fmt: skip
+        iid = str(data["InstanceId"])
         request = tags_of(data).get(TAG_REQUEST)
         if request:
             with self._lock:
-                self._requests[str(data["InstanceId"])] = request
-        return to_instance(data, region, agent_url=self._agent_url(region, data))
+                self._requests[iid] = request
+        if addresses is None:
+            addresses = read_address_map(self.settings.address_map)
+        address = addresses.get(iid)
+        agent_url = self._agent_url(self._target(region, data, address), data)
+        return to_instance(data, region, agent_url=agent_url, address=address)
 
-    def _agent_url(self, region: str, data: Mapping[str, Any]) -> str | None:
-        host = data.get("PublicIpAddress") or data.get("PublicDnsName")
+    def _target(
+        self, region: str, data: Mapping[str, Any], address: str | None
+    ) -> SshTarget | None:
+        host = address or data.get("PublicIpAddress") or data.get("PublicDnsName")
+        if self.settings.address_map is not None:  # the map says where instances are, alone
+            host = address
         owner = tags_of(data).get(TAG_OWNER)
-        if not (self.settings.tunnels and host and owner and ec2_state(data) == "running"):
+        if not (host and owner):
             return None
-        key = key_path(self.root, region, owner)
-        return self.tunnels.agent_url(str(data["InstanceId"]), str(host), key)
+        return SshTarget(str(host), self.settings.ssh_user, key_path(self.root, region, owner),
+                         self.root / "known_hosts", alias=str(data["InstanceId"]))  # fmt: skip
+
+    def _agent_url(self, target: SshTarget | None, data: Mapping[str, Any]) -> str | None:
+        iid = str(data["InstanceId"])
+        if ec2_state(data) != "running":  # stopped and started: bootstrap (start) again
+            self.bootstraps.forget(iid)
+            self.tunnels.drop(iid)
+            return None
+        if not (self.settings.tunnels and target):
+            return None
+        if not self.bootstraps.ready(iid, target):
+            return None
+        return self.tunnels.agent_url(iid, target)
 
     def poll_events(self) -> list[ProviderEvent]:
         now = time.time()
@@ -223,6 +304,10 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
         return events
 
     def _clean_unused(self, region: str, described: list[dict[str, Any]]) -> None:
+        if self.placement.recorded(region):
+            in_use = {tags_of(d).get(TAG_PLACEMENT, "") for d in described
+                      if ec2_state(d) in _LIVE}  # fmt: skip
+            self.placement.clean(region, in_use)
         with self._lock:
             owners = [o for r, o in self._cleanup if r == region]
         for owner in owners:
@@ -265,7 +350,16 @@ class AwsProvider(Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, 
             raise ProviderError(f"no gpulease instance {instance_id} in {self.regions.all()}")
         return request_token(token_key(self.root), request)
 
+    def ssh_target(self, instance_id: str) -> SshTarget:
+        addresses = read_address_map(self.settings.address_map)
+        for region, found in self._locate([instance_id]).items():
+            target = self._target(region, found[0], addresses.get(instance_id))
+            if target is not None and ec2_state(found[0]) == "running":
+                return target
+        raise ProviderError(f"{instance_id} is not a running gpulease instance with an address")
+
     def close(self) -> None:
+        self.bootstraps.close()
         self.tunnels.close()
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from gpulease.errors import UserInputError
@@ -22,8 +23,9 @@ _optional_text = partial(optional_text, WHERE)
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _KNOWN = {
     "regions", "ami", "ssh_cidr", "ssh_user", "instance_profile", "subnets", "instance_type",
-    "agent_port", "tunnels",
+    "agent_port", "tunnels", "install", "python", "address_map", "placement_group",
 }  # fmt: skip
+INSTALL_MODES = ("server", "pypi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,12 @@ class AwsSettings:
     """``regions``: regions always listed (besides those launched in); ``ami``: an AMI id used
     for every launch; ``ssh_cidr``: the only source allowed to reach port 22; ``subnets``: zone →
     subnet id; ``instance_type``: used when a request names none; ``agent_port``: the port the
-    agent binds on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents."""
+    agent binds on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents; ``install``:
+    ``server`` (the server copies its own gpulease wheel over SSH) or ``pypi`` (user-data
+    pip-installs the published version); ``python``: the VM's interpreter the node venv is made
+    from; ``address_map``: a JSON file instance id → address, used instead of EC2's addresses
+    (bastions, test harnesses); ``placement_group``: a cluster placement group per multi-node
+    launch."""
 
     regions: tuple[str, ...] = ()
     ami: str | None = None
@@ -42,6 +49,10 @@ class AwsSettings:
     instance_type: str = "t3.micro"
     agent_port: int = 7070
     tunnels: bool = True
+    install: str = "server"
+    python: str = "python3"
+    address_map: Path | None = None
+    placement_group: bool = True
 
     @classmethod
     def from_mapping(cls, section: Mapping[str, Any] | None) -> AwsSettings:
@@ -59,6 +70,10 @@ class AwsSettings:
             instance_type=_text(data.get("instance_type", "t3.micro"), "instance_type"),
             agent_port=_port(data.get("agent_port", 7070)),
             tunnels=_flag(data.get("tunnels", True), "tunnels"),
+            install=_install(data.get("install", "server")),
+            python=_text(data.get("python", "python3"), "python"),
+            address_map=_path(data.get("address_map"), "address_map"),
+            placement_group=_flag(data.get("placement_group", True), "placement_group"),
         )
 
 
@@ -107,6 +122,20 @@ def _port(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise UserInputError(f"{WHERE}.agent_port: expected a port 1-65535, got {value!r}")
     return value
+
+
+def _install(value: Any) -> str:
+    if value not in INSTALL_MODES:
+        raise UserInputError(
+            f"{WHERE}.install: expected one of {', '.join(INSTALL_MODES)}, got {value!r}"
+        )
+    return str(value)
+
+
+def _path(value: Any, name: str) -> Path | None:
+    if value is None:
+        return None
+    return Path(_text(value, name)).expanduser()
 
 
 def _flag(value: Any, name: str) -> bool:

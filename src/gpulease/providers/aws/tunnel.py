@@ -1,18 +1,22 @@
 """SSH tunnels from this server to each VM's agent (which listens on the VM's 127.0.0.1 only).
 
 A :class:`Tunnels` object owns one ``ssh -N -L <local>:127.0.0.1:<agent port> user@host``
-subprocess per instance (host keys accepted on first use into ``<home>/aws/known_hosts``), says
-the agent URL ``http://127.0.0.1:<local>`` once the local port accepts connections, restarts a
-tunnel whose ssh exited, and closes them all in :meth:`close`. Moves no states.
+subprocess per instance (options from :func:`gpulease.providers.ssh.ssh_options`: key only, host
+keys pinned per instance id in ``<home>/aws/known_hosts``), says the agent URL
+``http://127.0.0.1:<local>`` once an HTTP request through the tunnel got an answer from the
+agent (any status: the probe carries no token), restarts a tunnel whose ssh exited, and closes
+them all in :meth:`close`. Moves no states.
 """
 
 from __future__ import annotations
 
+import http.client
 import socket
 import subprocess
 import threading
 from dataclasses import dataclass
-from pathlib import Path
+
+from gpulease.providers.ssh import SshTarget, ssh_options
 
 
 def free_port() -> int:
@@ -22,18 +26,13 @@ def free_port() -> int:
 
 
 def ssh_command(
-    *, host: str, user: str, key: Path, known_hosts: Path, local_port: int, agent_port: int,
-    ssh: str = "ssh",
-) -> list[str]:  # fmt: skip
+    target: SshTarget, *, local_port: int, agent_port: int, ssh: str = "ssh"
+) -> list[str]:
     return [
         ssh, "-N", "-L", f"{local_port}:127.0.0.1:{agent_port}",
-        "-i", str(key),
-        "-o", "StrictHostKeyChecking=accept-new",
-        "-o", f"UserKnownHostsFile={known_hosts}",
+        *ssh_options(target),
         "-o", "ExitOnForwardFailure=yes",
-        "-o", "ServerAliveInterval=15",
-        "-o", "BatchMode=yes",
-        f"{user}@{host}",
+        target.destination,
     ]  # fmt: skip
 
 
@@ -45,43 +44,57 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _agent_answers(port: int) -> bool:
+    """True when an HTTP request through the tunnel gets an answer (the agent is there)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+    try:
+        conn.request("GET", "/v1/health")
+        conn.getresponse().read()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
 @dataclass
 class _Tunnel:
     host: str
     port: int
     proc: subprocess.Popen[bytes]
+    answered: bool = False
 
 
 class Tunnels:
-    def __init__(self, known_hosts: Path, *, user: str, agent_port: int, ssh: str = "ssh"):
-        self.known_hosts = known_hosts
-        self.user = user
+    def __init__(self, *, agent_port: int, ssh: str = "ssh"):
         self.agent_port = agent_port
         self.ssh = ssh
         self._tunnels: dict[str, _Tunnel] = {}
         self._lock = threading.Lock()
 
-    def agent_url(self, instance_id: str, host: str, key: Path) -> str | None:
-        """The agent URL through this instance's tunnel (opened on demand); None until up."""
+    def agent_url(self, instance_id: str, target: SshTarget) -> str | None:
+        """The agent URL through this instance's tunnel (opened on demand); None until the
+        agent answered through it."""
         with self._lock:
             tunnel = self._tunnels.get(instance_id)
-            if tunnel and (tunnel.proc.poll() is not None or tunnel.host != host):
+            if tunnel and (tunnel.proc.poll() is not None or tunnel.host != target.host):
                 self._stop(self._tunnels.pop(instance_id))
                 tunnel = None
             if tunnel is None:
-                tunnel = self._tunnels[instance_id] = self._open(host, key)
-        return f"http://127.0.0.1:{tunnel.port}" if _accepts(tunnel.port) else None
+                tunnel = self._tunnels[instance_id] = self._open(target)
+        if tunnel.answered:
+            up = _accepts(tunnel.port)
+        else:
+            up = tunnel.answered = _agent_answers(tunnel.port)
+        return f"http://127.0.0.1:{tunnel.port}" if up else None
 
-    def _open(self, host: str, key: Path) -> _Tunnel:
-        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def _open(self, target: SshTarget) -> _Tunnel:
+        target.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         port = free_port()
-        command = ssh_command(
-            host=host, user=self.user, key=key, known_hosts=self.known_hosts,
-            local_port=port, agent_port=self.agent_port, ssh=self.ssh,
-        )  # fmt: skip
+        command = ssh_command(target, local_port=port, agent_port=self.agent_port, ssh=self.ssh)
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        return _Tunnel(host, port, proc)
+        return _Tunnel(target.host, port, proc)
 
     def drop(self, instance_id: str) -> None:
         with self._lock:

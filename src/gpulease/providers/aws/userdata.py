@@ -3,9 +3,15 @@
 Tokens: the provider makes them, so :class:`AwsProvider` is ``SupportsNodeToken``. Instance ids
 are not known before RunInstances, so a token is ``HMAC-SHA256(key, request id)`` with ``key``
 kept 0600 in ``<home>/aws/node-token.key``: every node of one launch shares it, and a restarted
-server re-derives it. The script writes it 0600 on the VM, installs ``gpulease[aws]`` pinned to
-this version with pip and starts the agent bound to 127.0.0.1 (reached through the SSH tunnel),
-with the spot-notice poller (``--imds``) on. Moves no states.
+server re-derives it.
+
+The script writes the token 0600 on the VM, checks the image's Python (``providers.aws.python``)
+is ≥ 3.11, makes ``/opt/gpulease/venv`` with ``--system-site-packages`` (the image's ML stack,
+torch on a DLAMI, stays visible; pip is the image's, else ensurepip's), gives it a ``torchrun``
+that runs under the venv's Python, and touches ``/opt/gpulease/ready``. Installing gpulease and
+starting the agent is the server's job over SSH (:mod:`.bootstrap`); with ``install: pypi`` the
+script pip-installs ``gpulease[aws]==<version>`` and starts the agent itself (bound to
+127.0.0.1, reached through the SSH tunnel, ``--imds`` on). Moves no states.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 import gpulease
+from gpulease.providers.aws.bootstrap import start_script
 
 KEY_FILE = "node-token.key"
 
@@ -45,19 +52,45 @@ def request_token(key: bytes, request_id: str) -> SecretStr:
     return SecretStr(hmac.new(key, request_id.encode(), hashlib.sha256).hexdigest())
 
 
-def user_data(token: SecretStr, agent_port: int, version: str = gpulease.__version__) -> str:
-    """The bash script a node runs at first boot."""
-    package = shlex.quote(f"gpulease[aws]=={version}")
+def user_data(
+    token: SecretStr,
+    agent_port: int,
+    *,
+    install: str = "server",
+    python: str = "python3",
+    version: str = gpulease.__version__,
+) -> str:
+    """The bash script a node runs at first boot (as root, on EC2 and in the test harness)."""
     secret = shlex.quote(token.get_secret_value())
-    return f"""#!/bin/bash
+    py = shlex.quote(python)
+    script = f"""#!/bin/bash
 set -euo pipefail
 umask 077
-install -d -m 700 /opt/gpulease /opt/gpulease/node
-printf '%s\\n' {secret} > /opt/gpulease/token
-python3 -m venv /opt/gpulease/venv
-/opt/gpulease/venv/bin/pip install --quiet {package}
-export GPULEASE_AGENT_IMDS_URL=http://169.254.169.254
-nohup /opt/gpulease/venv/bin/python -m gpulease.agent serve --host 127.0.0.1 \\
-  --port {int(agent_port)} --token-file /opt/gpulease/token --node-dir /opt/gpulease/node \\
-  --imds >>/var/log/gpulease-agent.log 2>&1 &
+G=/opt/gpulease
+install -d -m 700 $G $G/node $G/wheels
+printf '%s\\n' {secret} > $G/token
+if ! {py} -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "gpulease needs Python >= 3.11 on the node: set providers.aws.python" >&2; exit 1
+fi
+if [ ! -x $G/venv/bin/python ]; then
+  {py} -m venv --system-site-packages --without-pip $G/venv
+fi
+$G/venv/bin/python -m pip --version >/dev/null 2>&1 || $G/venv/bin/python -m ensurepip >/dev/null
+if [ ! -e $G/venv/bin/torchrun ] && $G/venv/bin/python -c {_HAS_TORCH}; then
+  printf '#!%s\\nimport sys\\nfrom torch.distributed.run import main\\nsys.exit(main())\\n' \\
+    $G/venv/bin/python > $G/venv/bin/torchrun
+  chmod 700 $G/venv/bin/torchrun
+fi
 """
+    if install == "pypi":
+        package = shlex.quote(f"gpulease[aws]=={version}")
+        script += f"$G/venv/bin/python -m pip install --quiet --no-input {package}\n"
+        script += "(\n" + start_script(None, agent_port) + ")\n"
+    return script + "touch $G/ready\n"
+
+
+#: The image's torch (a DLAMI's) is visible in the venv, its ``torchrun`` script is not: the
+#: script above writes one that runs under the venv's Python (which has gpulease).
+_HAS_TORCH = shlex.quote(
+    "import importlib.util, sys; sys.exit(not importlib.util.find_spec('torch'))"
+)

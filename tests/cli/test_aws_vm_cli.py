@@ -1,0 +1,89 @@
+"""The README's examples on AWS nodes, end to end: the real CLI and server, the aws provider
+against moto, and moto's instances made real VMs by tests/awsvm.py (network and mount
+namespaces, sshd, user-data, IMDS; the VMs see neither the repository nor the server's home).
+
+``examples/quickstart.yaml --provider aws`` trains to its accuracy line: the server brought its
+own gpulease over SSH (the image has torch and no gpulease), the workdir travelled through the
+agent, the output came back through the SSH tunnel; ``logs``, ``exec`` and ``ssh`` reach the VM
+and ``down`` leaves no instance, VM, key pair or security group. ``examples/ddp-2node.yaml``
+trains with DDP across two VMs (torchrun's rendezvous and gloo over the VMs' own addresses)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpulease.providers.wheel import own_version
+from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
+from tests.cli.conftest import Cli
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("awsvm")]
+
+
+@pytest.fixture
+def user(cli: Cli, aws_vms: AwsVms) -> Iterator[Cli]:  # noqa: F811 - fixture
+    cli.home.mkdir(parents=True, exist_ok=True)
+    (cli.home / "config.yaml").write_text(vm_config(aws_vms.cloud))
+    yield cli
+    cli("server", "stop")
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def _tagged(ec2: Any, kind: str) -> list[dict[str, Any]]:
+    found = (ec2.describe_security_groups()["SecurityGroups"] if kind == "groups"
+             else ec2.describe_key_pairs()["KeyPairs"])  # fmt: skip
+    return [x for x in found if any(t["Key"] == "gpulease-owner" for t in x.get("Tags", []))]
+
+
+def test_the_quickstart_trains_on_a_vm_with_the_servers_own_gpulease(
+    user: Cli,
+    aws_vms: AwsVms,  # noqa: F811 - fixture
+) -> None:
+    launched = _ok(user("launch", "examples/quickstart.yaml", "--provider", "aws", timeout=300))
+    assert "test accuracy" in launched.stdout and "quickstart: succeeded" in launched.stderr
+    assert "launching quickstart on aws/us-east-1" in launched.stderr
+    ((instance_id, vm),) = aws_vms.cloud.vms.items()
+    print(f"\nVM boot to agent start: {vm.agent_started_after():.1f} s")
+    assert "test accuracy" in _ok(user("logs", "quickstart")).stdout
+
+    version = "import importlib.metadata as m; print(m.version('gpulease'))"
+    out = _ok(user("exec", "quickstart", f'echo $MASTER_ADDR; python -c "{version}"')).stdout
+    assert out.split() == [vm.address, own_version()]  # the address map; exactly the server's
+    shell = _ok(user("ssh", "quickstart", "--command",
+                     "echo $NODE_RANK; cat /opt/gpulease/agent.version; ip -o -4 addr show eth0;"
+                     f" {aws_vms.cloud.image.python} -c 'import torch, gpulease' 2>&1 | tail -n 1;"
+                     " ls train_digits.py"))  # fmt: skip
+    rank, agent, addr, image, workdir = shell.stdout.splitlines()
+    assert (rank, agent, workdir) == ("0", own_version(), "train_digits.py")  # the task's dir
+    assert f"inet {vm.address}/" in addr  # a real ssh session inside the VM's namespace
+    assert "No module named 'gpulease'" in image  # the image has torch, not gpulease
+
+    assert "quickstart: terminated" in _ok(user("down", "quickstart")).stdout
+    state = aws_vms.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]
+    assert state["Instances"][0]["State"]["Name"] == "terminated"
+    wait_until(lambda: not aws_vms.cloud.namespaces() or None, 30, "the VM's namespace to go")
+    wait_until(lambda: not _tagged(aws_vms.ec2, "groups") or None, 30, "the security group")
+    assert _tagged(aws_vms.ec2, "keys") == []
+
+
+def test_the_ddp_example_trains_across_two_vms(
+    user: Cli,
+    aws_vms: AwsVms,  # noqa: F811 - fixture
+) -> None:
+    out = _ok(user("launch", "examples/ddp-2node.yaml", "--provider", "aws", timeout=300))
+    assert "(world size 2)" in out.stdout, out.stdout + out.stderr
+    head = _ok(user("exec", "ddp-2node", "hostname -I", "--rank", "0")).stdout.split()
+    other = _ok(user("exec", "ddp-2node", "echo $MASTER_ADDR $NODE_RANK; hostname -I", "--rank",
+                     "1")).stdout.split()  # fmt: skip
+    assert {head[0], other[2]} == {vm.address for vm in aws_vms.cloud.vms.values()}  # two VMs
+    assert other[:2] == [head[0], "1"]  # rank 1 trained with rank 0's VM as its master
+    _ok(user("down", "ddp-2node"))
