@@ -161,7 +161,7 @@ make_jwt_key() { # the HS256 key slurmctld signs and checks tokens with (root on
 }
 
 start_rest() { # slurmrestd as $REST_USER (it refuses root), JWT auth only, openapi v0.0.38
-    local i
+    local i pid
     if ! id "$REST_USER" >/dev/null 2>&1; then
         log "creating system user $REST_USER"
         useradd --system --no-create-home --shell /usr/sbin/nologin "$REST_USER"
@@ -175,12 +175,13 @@ start_rest() { # slurmrestd as $REST_USER (it refuses root), JWT auth only, open
     env SLURM_JWT=daemon SLURM_CONF="$CONF" setpriv --reuid="$REST_USER" --regid="$REST_USER" \
         --clear-groups slurmrestd -f "$CONF" -a rest_auth/jwt -s openapi/v0.0.38 \
         "127.0.0.1:$REST_PORT" </dev/null >>"$DIR/log/slurmrestd.log" 2>&1 &
-    echo "$!" >"$DIR/run/slurmrestd.pid"
-    for ((i = 0; i < 50; i++)); do
+    pid="$!"
+    echo "$pid" >"$DIR/run/slurmrestd.pid"
+    for ((i = 0; i < 300; i++)); do  # 30 s: a loaded 2-core machine can take several
         if (echo >"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null; then
             return 0
         fi
-        alive "$DIR/run/slurmrestd.pid" || break
+        kill -0 "$pid" 2>/dev/null || break  # (not `alive`: env and setpriv exec on the way)
         sleep 0.1
     done
     log "slurmrestd did not come up; see $DIR/log/slurmrestd.log:"
@@ -214,9 +215,8 @@ start_slurm() {
 }
 
 wait_idle() { # until every node is idle (or mixed/allocated: busy is up too), 30 s at most
-    local i out
-    for ((i = 0; i < 150; i++)); do
-        alive "$DIR/run/slurmctld.pid" || break
+    local out deadline=$((SECONDS + 30))
+    while ((SECONDS < deadline)); do
         out="$(SLURM_CONF="$CONF" timeout 5 sinfo -h -N -o '%T' 2>/dev/null || true)"
         if [[ -n "$out" ]] && ! grep -qvE '^(idle|mixed|allocated)$' <<<"$out"; then
             return 0

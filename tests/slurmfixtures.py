@@ -118,6 +118,15 @@ def _reap_leftovers() -> None:
             _stop(directory, {**os.environ, "GPULEASE_SLURM_DIR": str(directory)})
 
 
+def _log_tails(directory: Path, lines: int = 8) -> str:
+    """The last lines of each daemon's log (read before the directory goes)."""
+    parts = []
+    for log in sorted(directory.glob("log/*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {log.name}\n" + "\n".join(text))
+    return "\n".join(parts)
+
+
 @dataclass
 class Cluster:
     """One started dev cluster: its directory, the script's settings, what ``start`` printed."""
@@ -154,8 +163,9 @@ def _start(rest: bool) -> Cluster:
     )
     wanted = {"SLURM_CONF", "SLURM_REST_URL"} if rest else {"SLURM_CONF"}
     if done.returncode != 0 or not wanted <= exports.keys():
+        logs = _log_tails(directory)
         _stop(directory, env)
-        pytest.fail(f"the dev Slurm cluster did not start: {done.stderr.strip()[-1500:]}")
+        pytest.fail(f"the dev Slurm cluster did not start: {done.stderr.strip()[-1500:]}\n{logs}")
     return Cluster(directory, env, exports)
 
 
