@@ -46,8 +46,9 @@ DIR_PREFIX = "gpulease-slurm-test-"
 OWNER_FILE = "owner.pid"
 ROOT_WHY = "the dev Slurm cluster runs mknod and SlurmUser=root"
 #: ports are drawn below the kernel's ephemeral range (32768-60999 on Linux), so no outgoing
-#: connection takes one while the cluster runs
-PORT_RANGE = (20000, 32000)
+#: connection takes one while the cluster runs, and below 29500, where the agents' derived
+#: torch master ports start (``TaskSubmission.effective_master_port``: 29500-39499)
+PORT_RANGE = (20000, 29500)
 
 
 def free_ports(count: int) -> list[int]:
