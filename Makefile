@@ -1,11 +1,13 @@
 # The two set-up commands of the README: `make demo` (the main job) and `make test` (the suite).
-# Both create the virtual environment on first use.
+# Both create the virtual environment on first use. `make test` also installs, before pytest, the
+# system components the suite needs (scripts/test-env.sh: apt-get as root; as another user one line
+# per missing component, whose tests then skip); `make demo` needs none of them.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck unit bench bench-checkpoint clean
+.PHONY: demo test test-env lint typecheck unit bench bench-checkpoint clean
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +26,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+test-env:
+	@PYTHON=$(PYTHON) scripts/test-env.sh
+
+unit: $(STAMP) test-env
 	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 test: lint typecheck unit

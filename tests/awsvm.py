@@ -57,6 +57,8 @@ from typing import Any
 
 import pytest
 
+from tests.components import require, require_root, unavailable
+
 ROOT = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
 IMDS_SCRIPT = Path(__file__).with_name("awsvm_imds.py")
@@ -69,11 +71,9 @@ _DOWN = {"shutting-down", "terminated", "stopping", "stopped"}
 
 def missing() -> str | None:
     """Why VMs cannot be made here, or None."""
-    if os.geteuid() != 0:
-        return "needs root to make network namespaces (CI runs as root)"
     for tool in ("ip", "unshare", "ssh", "ssh-keygen", SSHD):
         if shutil.which(tool) is None:
-            return f"needs {tool} (iproute2, util-linux, openssh-server: .ci/run installs them)"
+            return f"needs {tool} (iproute2, util-linux, openssh-server: make test installs them)"
     return None
 
 
@@ -444,9 +444,11 @@ def vm_image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     """The VMs' image, once per session: the ML stack without gpulease, and a wheelhouse
     holding the server's own wheel (what ``install: pypi`` finds there as the published
     version)."""
+    require_root("the VMs are network namespaces (ip netns add) with private mounts (unshare)")
+    require("iproute2", "openssh-server")
     why = missing()
     if why:
-        pytest.skip(why)
+        unavailable(why)
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     pytest.importorskip("moto.server")

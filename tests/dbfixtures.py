@@ -2,8 +2,9 @@
 on SQLite and on a real PostgreSQL server this test session starts itself.
 
 - ``postgres_server`` (session): started here (tests/state/postgres.py), stopped at the end; the
-  PostgreSQL params are skipped, with the reason, when the binaries or the driver are missing (CI
-  runs as root and has them: there a failed start fails loudly). Under pytest-xdist each worker
+  PostgreSQL params are skipped, with one line naming the Debian package or the driver, when
+  the server binaries or the driver are missing (``tests/components.py``; under ``CI=true``
+  they fail instead, and as root a failed start fails loudly). Under pytest-xdist each worker
   starts its own.
 - ``postgres_url`` (session): the session's migrated database; ``fresh_postgres_url``: a new,
   empty, migrated database per test (for a server process of its own).
@@ -26,6 +27,7 @@ from sqlalchemy import Engine, text
 
 from gpulease.state import make_engine, upgrade
 from gpulease.state.models import Base
+from tests.components import require, unavailable
 from tests.state.postgres import PostgresServer, new_server, unavailable_reason
 
 DB_KINDS = ["sqlite", "postgresql"]
@@ -33,9 +35,10 @@ DB_KINDS = ["sqlite", "postgresql"]
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
+    require("postgresql")
     reason = unavailable_reason()
     if reason is not None:
-        pytest.skip(f"PostgreSQL tests skipped: {reason}")
+        unavailable(f"PostgreSQL tests skipped: {reason}")
     server = new_server(os.environ.get("PYTEST_XDIST_WORKER", "main"))
     try:
         server.start()

@@ -32,6 +32,7 @@ PREEMPTED_EXIT_CODE = 75  # "preempted, checkpoint taken, resume me" (gpulease.t
 NO_RUN = ":"  # the run script of a task without ``run`` (the cluster only provisions)
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_SYNC_S = 7 * 24 * 3600.0  # a week; anything longer is a typo
+MASTER_PORT_BASE, MASTER_PORT_END = 29500, 32768  # derived torchrun master ports: [base, end)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -161,10 +162,13 @@ class NodeTask(_Frozen):
 
     def effective_master_port(self) -> int:
         """``master_port``, or one derived from the task id so every node agrees without asking
-        and two local clusters rarely collide (29500-39499)."""
+        and two local clusters rarely collide: 29500-32767, below the kernel's range for outgoing
+        connections (32768-60999 on Linux), so a node's own outgoing traffic never holds it."""
         if self.master_port is not None:
             return self.master_port
-        return 29500 + int(hashlib.sha256(self.task_id.encode()).hexdigest(), 16) % 10000
+        return MASTER_PORT_BASE + int(hashlib.sha256(self.task_id.encode()).hexdigest(), 16) % (
+            MASTER_PORT_END - MASTER_PORT_BASE
+        )
 
     def wire(self) -> dict[str, Any]:
         """The JSON body the agent accepts (the checkpoint-sync fields only when the task

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpulease.client.server import running
+from gpulease.providers.base import TAG_OWNER
+from gpulease.providers.slurm.script import parse_comment
 from gpulease.storage import LocalStore
 from tests.cli.conftest import ROOT, Cli, show_job
 from tests.server.conftest import wait_until
@@ -37,23 +40,37 @@ def test_the_quickstart_runs_through_slurm(user: Cli) -> None:
     assert "test accuracy" in out.stdout
     view = json.loads(user("status", "quickstart", "--json", check=True).stdout)["clusters"][0]
     assert view["provider"] == "slurm" and view["status"] == "succeeded"
+    owner = _server_owner(user)
     assert "terminated" in user("down", "quickstart", check=True).stdout
-    assert _our_slurm_jobs() == []
+    assert _our_slurm_jobs(owner) == []
 
 
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING"})
 
 
-def _our_slurm_jobs() -> list[dict[str, object]]:
-    """gpulease's Slurm jobs that still hold or wait for an allocation (finished ones stay in
-    ``squeue`` for ``MinJobAge``)."""
+def _server_owner(user: Cli) -> str:
+    """The owner id of the home's running server: the ``gpulease-owner`` tag of its jobs."""
+    found = running(user.home)
+    assert found is not None, "the server runs"
+    api, _ = found
+    with api:
+        return str(api.health()["owner"])
+
+
+def _our_slurm_jobs(owner: str) -> list[dict[str, object]]:
+    """The Slurm jobs of the server whose owner id is ``owner`` (the tag in the job's comment)
+    that still hold or wait for an allocation (finished ones stay in ``squeue`` for
+    ``MinJobAge``)."""
     out = subprocess.run(["squeue", "--json"], capture_output=True, text=True, check=True,
                          timeout=30)  # fmt: skip
     jobs = json.loads(out.stdout)["jobs"]
-    return [
-        j for j in jobs
-        if str(j.get("name", "")).startswith("gpulease-") and _state(j) & LIVE
-    ]  # fmt: skip
+    return [j for j in jobs if _owner_of(j) == owner and _state(j) & LIVE]
+
+
+def _owner_of(job: dict[str, object]) -> object:
+    parsed = parse_comment(job.get("comment"))
+    tags = parsed.get("tags") if parsed else None
+    return tags.get(TAG_OWNER) if isinstance(tags, dict) else None
 
 
 def _state(job: dict[str, object]) -> set[str]:
@@ -77,7 +94,8 @@ def test_a_requeued_managed_job_resumes_from_its_checkpoint(user: Cli, tmp_path:
     try:
         store = user.home / "checkpoints"
         wait_until(lambda: _stored_steps(store) or None, 180, "a checkpoint in the store")
-        (job,) = _our_slurm_jobs()
+        owner = _server_owner(user)
+        (job,) = _our_slurm_jobs(owner)
         requeue = ["scontrol", "requeue", str(job["job_id"])]
         subprocess.run(requeue, check=True, timeout=30)  # Slurm takes the allocation back
         stdout, stderr = follow.communicate(timeout=300)
@@ -87,7 +105,7 @@ def test_a_requeued_managed_job_resumes_from_its_checkpoint(user: Cli, tmp_path:
     view = show_job(user)
     assert view["status"] == "succeeded" and view["recoveries"] >= 1, view["events"]
     assert "resumed from step" in stdout
-    wait_until(lambda: not _our_slurm_jobs() or None, 60, "every allocation to end")
+    wait_until(lambda: not _our_slurm_jobs(owner) or None, 60, "every allocation to end")
 
     import torch
 

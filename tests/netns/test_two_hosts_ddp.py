@@ -1,6 +1,7 @@
 """The 2-node training example across two hosts: two network namespaces made by this test, joined
 by a bridge, each running a real gpulease agent; torchrun (gloo) in each, rendezvous over the
-namespaces' own addresses. Root only (CI runs as root); skipped with the reason otherwise.
+namespaces' own addresses. Root and iproute2 only (CI runs as root); skipped with one line
+saying which is missing otherwise (``tests/components.py``; under ``CI=true`` it fails).
 
 The addresses are on a private /24 between this test's own namespaces only; nothing outside the
 machine is addressed, and everything is torn down at the end.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +21,7 @@ import pytest
 
 from gpulease.agent.client import AgentClient
 from gpulease.wire import NodeTask
+from tests.components import require, require_root
 from tests.waiting import wait_until
 
 pytest.importorskip("torch")
@@ -29,11 +30,6 @@ pytest.importorskip("sklearn")
 ROOT = Path(__file__).resolve().parents[2]
 SUBNET = "10.231.{n}"
 TERMINAL = {"SUCCEEDED", "FAILED", "PREEMPTED", "CANCELLED"}
-
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None,
-    reason="needs root and iproute2 to make network namespaces (CI runs as root)",
-)
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
@@ -125,6 +121,8 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[TwoHosts]:
+    require_root("network namespaces (ip netns add)")
+    require("iproute2")
     net = TwoHosts(tmp_path)
     try:
         net.up()

@@ -33,12 +33,14 @@ from tests.slurmfixtures import slurm_cluster, slurm_env  # noqa: F401 - fixture
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("slurm")
+#: this run's owner tag: the jobs these tests make carry it, and cleanup finds them by it
+OWNER = f"owner-{uuid.uuid4().hex[:8]}"
 
 
 def _request(**kw: Any) -> LaunchRequest:
     kw.setdefault("request_id", f"req-{uuid.uuid4().hex[:10]}")
     kw.setdefault("cluster", "c1")
-    kw.setdefault("owner", f"owner-{uuid.uuid4().hex[:6]}")
+    kw.setdefault("owner", OWNER)
     return LaunchRequest(**kw)
 
 
@@ -46,8 +48,7 @@ def _request(**kw: Any) -> LaunchRequest:
 def provider(slurm_env: str, tmp_path: Path) -> Iterator[SlurmProvider]:  # noqa: F811
     p = SlurmProvider(tmp_path / "slurm", SlurmSettings.from_mapping({}))
     yield p
-    mine = p.list_instances({})
-    p.terminate([i.id for i in mine if i.tags.get(TAG_OWNER, "").startswith("owner-")])
+    p.terminate([i.id for i in p.list_instances({TAG_OWNER: OWNER})])
 
 
 def _squeue(job_id: str, conf: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ terminate all go through ssh."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 
 from gpulease.providers.base import InstanceState
 from gpulease.providers.slurm import SlurmProvider, SlurmSettings
+from tests.components import require
 from tests.providers.test_slurm_provider import _request
 from tests.slurmfixtures import slurm_cluster, slurm_env  # noqa: F401 - fixtures
 from tests.waiting import wait_until
@@ -37,8 +37,7 @@ def _keygen(path: Path) -> None:
 @pytest.fixture
 def login_node(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A real sshd on a free 127.0.0.1 port admitting root with a fresh key: (port, key)."""
-    if not Path(SSHD).exists() or shutil.which("ssh-keygen") is None:
-        pytest.skip("needs openssh-server (.ci/run installs it)")
+    require("openssh-server")
     d = tmp_path / "sshd"
     d.mkdir()
     _keygen(d / "host")
