@@ -161,6 +161,23 @@ def test_the_file_then_its_directory_are_fsynced(
     assert synced[1] == str(tmp_path)
 
 
+def test_a_write_that_need_not_be_durable_skips_the_fsyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", spy)
+    write_atomic(tmp_path / "heartbeat", "1.0\n", durable=False)
+    write_atomic(tmp_path / "heartbeat", "2.0\n", durable=False)
+    assert (tmp_path / "heartbeat").read_text() == "2.0\n"
+    assert synced == [] and _temps(tmp_path) == []
+
+
 def test_an_atomic_file_object_commits_once_or_aborts(tmp_path: Path) -> None:
     target = tmp_path / "b.pt"
     out = AtomicFile(target)

@@ -79,7 +79,7 @@ def _load_clock(path: Path, scale: float) -> ScaledClock:
 
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, data)
+    write_json_atomic(path, data, mode=0o600)  # gpulease-internal state, as before
 
 
 class SimProvider(
