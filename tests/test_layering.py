@@ -20,7 +20,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gpulease"
 
 # Leaf modules any unit may use; they import only each other. Add a new one here and to
 # docs/architecture.md.
-BASE = frozenset({"errors", "config", "units", "clock", "backoff", "wire", "filesync"})
+BASE = frozenset(
+    {"errors", "config", "units", "clock", "backoff", "wire", "filesync", "atomic", "jsonhttp"}
+)
 
 ALLOWED: dict[str, set[str]] = {
     "filesync": set(),  # a base package (in BASE): what travels to a node, and how

@@ -21,7 +21,7 @@ def test_submitting_the_same_task_twice_runs_it_once(agent: AgentProcess, tmp_pa
     agent.wait_state("t1")
     assert agent.api.submit(sub)["state"] == "SUCCEEDED"
     assert runs.read_text() == "run\n"
-    response = agent.api._http.post("/v1/tasks", json=sub.model_dump())
+    response = agent.api._http.http.post("/v1/tasks", json=sub.model_dump())
     assert response.status_code == 200  # a repeat is 200, the first submit was 201
 
 

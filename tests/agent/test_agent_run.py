@@ -119,7 +119,7 @@ def test_one_task_at_a_time_and_unknown_tasks_are_404(agent: AgentProcess) -> No
 
 
 def test_invalid_submissions_are_422(shared_agent: AgentProcess) -> None:
-    http = shared_agent.api._http
+    http = shared_agent.api._http.http  # the raw httpx client: no error mapping
     bad = http.post("/v1/tasks", json={"task_id": "../x", "run": "true"})
     assert bad.status_code == 422 and "task_id" in bad.json()["error"]["message"]
     missing = http.post("/v1/tasks", json={"task_id": "t", "run": "true", "workdir": "/no/such"})

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpulease.atomic import is_temp_name
 from gpulease.catalog import (
     Catalog,
     _catalog,
@@ -82,7 +83,7 @@ def test_update_from_gpuhunt_files_without_the_gpuhunt_package(
     meta = cache_info()
     assert meta is not None and meta["providers_refreshed"] == ["aws", "gcp", "lambda"]
     assert meta["skipped"] == {"unknown accelerator: RTX6000": 1}
-    assert not list(path.parent.glob("*.tmp"))  # atomic write left nothing behind
+    assert not [p for p in path.parent.iterdir() if is_temp_name(p.name)]  # nothing left behind
 
 
 def test_update_from_gpuhunt_one_provider(gpuhunt_dir: Path) -> None:

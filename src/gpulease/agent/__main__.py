@@ -21,6 +21,7 @@ from gpulease.agent.ckpt_sync import DEFAULT_FINAL_SYNC_TIMEOUT_S
 from gpulease.agent.http import AgentHTTPServer
 from gpulease.agent.service import Agent
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB
+from gpulease.atomic import write_atomic
 
 log = logging.getLogger("gpulease.agent")
 
@@ -76,9 +77,7 @@ def read_token(path: Path) -> bytes:
 
 
 def _write_port_file(path: Path, port: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"{port}\n", encoding="ascii")
-    os.replace(tmp, path)
+    write_atomic(path, f"{port}\n")
 
 
 def serve(args: argparse.Namespace) -> int:

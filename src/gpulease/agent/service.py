@@ -33,6 +33,7 @@ from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
+from gpulease.atomic import write_atomic
 from gpulease.clock import Clock, SystemClock
 from gpulease.wire import ExecResult, LogChunk, NodeTask
 
@@ -105,10 +106,8 @@ class Agent:
         }
 
     def write_heartbeat(self) -> None:
-        path = self.node_dir / "heartbeat"
-        tmp = path.with_name(".heartbeat.tmp")
-        tmp.write_text(f"{self.clock.now():.3f}\n", encoding="ascii")
-        os.replace(tmp, path)
+        # not durable: an fsync every few seconds could stall behind a checkpoint's writes
+        write_atomic(self.node_dir / "heartbeat", f"{self.clock.now():.3f}\n", durable=False)
 
     # ---- tasks ------------------------------------------------------------------------------
 

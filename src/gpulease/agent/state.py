@@ -9,19 +9,18 @@ States and the only transitions :func:`set_state` allows::
 
 PENDING and SETTING_UP may also end FAILED or PREEMPTED directly. Every change is appended to
 ``history`` with its time; ``checkpoint`` holds the checkpoint sync status when the task has a
-checkpoint store. The record is written to ``tasks/<task_id>/task.json`` (temp file,
-fsync, rename) after every change, so a restarted agent reports — and resumes — what it left.
+checkpoint store. The record is written to ``tasks/<task_id>/task.json`` (atomically,
+0600) after every change, so a restarted agent reports — and resumes — what it left.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import write_json_atomic
 from gpulease.wire import PREEMPTED_EXIT_CODE, NodeTask, TaskState
 
 __all__ = ["PREEMPTED_EXIT_CODE", "TRANSITIONS", "InvalidTransition", "TaskRecord", "TaskState",
@@ -116,22 +115,9 @@ def set_state(record: TaskRecord, new: TaskState, at: float, detail: str | None 
         record.detail = detail
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old or the new file, never a torn one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_record(path: Path, record: TaskRecord) -> None:
-    write_json_atomic(path, record.to_json())
+    """Write the record (0600: its scripts and envs may hold secrets), atomically."""
+    write_json_atomic(path, record.to_json(), indent=1, mode=0o600)
 
 
 def load_record(path: Path) -> TaskRecord:

@@ -51,6 +51,8 @@ import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from gpulease.atomic import write_json_atomic
+
 log = logging.getLogger("gpulease.agent")
 
 FORMAT = 1  # bump when the layout changes: old venvs are then left alone, new ones made
@@ -209,8 +211,6 @@ def _ensurepip(python: Path) -> None:
 
 
 def _write_ready(path: Path, site_dirs: list[str]) -> None:
-    marker = path / READY
-    tmp = marker.with_name(f"{READY}.tmp")
     info = {
         "format": FORMAT,
         "python": sys.executable,
@@ -218,8 +218,4 @@ def _write_ready(path: Path, site_dirs: list[str]) -> None:
         "site_dirs": site_dirs,
         "created_at": time.time(),
     }
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(info, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, marker)
+    write_json_atomic(path / READY, info)

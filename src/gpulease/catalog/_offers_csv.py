@@ -2,7 +2,7 @@
 
 The file has one header row whose names are the :data:`COLUMNS` of :class:`OfferTable` (plus any
 columns we do not read, such as ``notes``). Empty numeric cells are NaN (prices, sizes) or -1
-(``interruption_band``). Writes are atomic: temp file, fsync, rename, fsync of the folder.
+(``interruption_band``). Writes are atomic (:mod:`gpulease.atomic`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from gpulease.atomic import write_atomic
 from gpulease.catalog.types import COLUMNS, OfferTable
 from gpulease.errors import CatalogError
 
@@ -116,26 +115,7 @@ def offers_csv_text(table: OfferTable, notes: list[str] | None = None) -> str:
     return out.getvalue()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def write_offers(path: Path, table: OfferTable, notes: list[str] | None = None) -> None:
     """Write ``table`` to ``path`` atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, offers_csv_text(table, notes))

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from gpulease.atomic import write_json_atomic
 from gpulease.catalog import _catalog, _gpuhunt, _skypilot
 from gpulease.catalog._convert import Converted
-from gpulease.catalog._offers_csv import read_offers, table_from_rows, write_atomic, write_offers
+from gpulease.catalog._offers_csv import read_offers, table_from_rows, write_offers
 from gpulease.catalog._paths import cache_dir, cache_path
 from gpulease.catalog.types import OfferTable
 from gpulease.errors import CatalogError
@@ -58,7 +59,7 @@ def clear_cache() -> bool:
 def write_table(table: OfferTable, meta: dict[str, Any]) -> Path:
     """Write ``table`` as the cache and ``meta`` as ``meta.json``, each atomically."""
     write_offers(cache_path(), table)
-    write_atomic(meta_path(), json.dumps(meta, indent=2) + "\n")
+    write_json_atomic(meta_path(), meta, indent=2)
     _catalog._LOADED.clear()
     return cache_path()
 

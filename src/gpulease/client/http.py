@@ -1,6 +1,8 @@
 """The SDK's HTTP client: one method per route of the server's ``/v1`` API (see docs/server.md).
 
-Cluster views are returned as the server's JSON (dicts). Moves no states itself; the server does.
+Cluster views are returned as the server's JSON (dicts). Requests go through
+:class:`gpulease.jsonhttp.JsonHttp` with the SDK's own errors (:mod:`gpulease.client.errors`).
+Moves no states itself; the server does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import httpx
 
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.tasks import PreparedTask, prepare_task
+from gpulease.jsonhttp import ErrorAnswer, JsonHttp
 
 if TYPE_CHECKING:
     from gpulease.spec import Task
@@ -40,6 +43,14 @@ class JobLogChunk:
     attempt: int
 
 
+class _ServerHttp(JsonHttp):
+    peer = "the gpulease server"
+    unavailable = ServerUnavailable
+
+    def error_for(self, answer: ErrorAnswer) -> Exception:
+        return error_for(answer.status, answer.message)
+
+
 class Client:
     def __init__(
         self,
@@ -50,12 +61,7 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url
-        self._http = httpx.Client(
-            base_url=url,
-            timeout=timeout,
-            transport=transport,
-            headers={"Authorization": f"Bearer {token}"},
-        )
+        self._http = _ServerHttp(url, token=token, timeout=timeout, transport=transport)
 
     def __enter__(self) -> Client:
         return self
@@ -69,7 +75,7 @@ class Client:
     # ---- routes -----------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/health")
+        return self._http.json("GET", "/v1/health")
 
     def launch(
         self,
@@ -87,28 +93,28 @@ class Client:
         prepared = prepare_task(task, workdir=workdir)
         body = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
                 "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip
-        return _with_warnings(self._json("POST", "/v1/clusters", json=body), prepared)
+        return _with_warnings(self._http.json("POST", "/v1/clusters", json=body), prepared)
 
     def clusters(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._json("GET", "/v1/clusters")["clusters"]
+        found: list[dict[str, Any]] = self._http.json("GET", "/v1/clusters")["clusters"]
         return found
 
     def cluster(self, name: str, *, history: bool = False) -> dict[str, Any]:
         params = {"history": "true"} if history else None
-        return self._json("GET", f"/v1/clusters/{name}", params=params)
+        return self._http.json("GET", f"/v1/clusters/{name}", params=params)
 
     def down(self, name: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/clusters/{name}/down")
+        return self._http.json("POST", f"/v1/clusters/{name}/down")
 
     def stop(self, name: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/clusters/{name}/stop")
+        return self._http.json("POST", f"/v1/clusters/{name}/stop")
 
     def start(self, name: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/clusters/{name}/start")
+        return self._http.json("POST", f"/v1/clusters/{name}/start")
 
     def autostop(self, name: str, minutes: int | None, *, down: bool = False) -> dict[str, Any]:
         body = {"minutes": minutes, "down": down}
-        return self._json("POST", f"/v1/clusters/{name}/autostop", json=body)
+        return self._http.json("POST", f"/v1/clusters/{name}/autostop", json=body)
 
     def logs(self, name: str, offset: int = 0, *, rank: int = 0, wait_s: float = 0.0) -> LogChunk:
         params = {"offset": offset, "rank": rank, "wait_s": wait_s}
@@ -117,13 +123,15 @@ class Client:
 
     def ssh_target(self, name: str, *, rank: int = 0) -> dict[str, Any]:
         """Host, port, user, key file and known-hosts file of node ``rank`` (SSH providers)."""
-        return self._json("GET", f"/v1/clusters/{name}/ssh", params={"rank": rank})
+        return self._http.json("GET", f"/v1/clusters/{name}/ssh", params={"rank": rank})
 
     def exec(
         self, name: str, command: str, *, rank: int = 0, timeout_s: float = 60.0
     ) -> dict[str, Any]:
         body = {"command": command, "rank": rank, "timeout_s": timeout_s}
-        return self._json("POST", f"/v1/clusters/{name}/exec", json=body, timeout=timeout_s + 30.0)
+        return self._http.json(
+            "POST", f"/v1/clusters/{name}/exec", json=body, timeout=timeout_s + 30.0
+        )
 
     # ---- managed jobs -----------------------------------------------------------------------
 
@@ -138,19 +146,19 @@ class Client:
         ``task`` and local paths as in :meth:`launch`."""
         prepared = prepare_task(task, workdir=workdir)
         body = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
-        return _with_warnings(self._json("POST", "/v1/jobs", json=body), prepared)
+        return _with_warnings(self._http.json("POST", "/v1/jobs", json=body), prepared)
 
     def jobs(self, *, all_jobs: bool = True) -> list[dict[str, Any]]:
         params = {"all": "true" if all_jobs else "false"}
-        found: list[dict[str, Any]] = self._json("GET", "/v1/jobs", params=params)["jobs"]
+        found: list[dict[str, Any]] = self._http.json("GET", "/v1/jobs", params=params)["jobs"]
         return found
 
     def job(self, job_id: int, *, history: bool = False) -> dict[str, Any]:
         params = {"history": "true"} if history else None
-        return self._json("GET", f"/v1/jobs/{job_id}", params=params)
+        return self._http.json("GET", f"/v1/jobs/{job_id}", params=params)
 
     def job_cancel(self, job_id: int) -> dict[str, Any]:
-        return self._json("POST", f"/v1/jobs/{job_id}/cancel")
+        return self._http.json("POST", f"/v1/jobs/{job_id}/cancel")
 
     def job_logs(
         self, job_id: int, offset: int = 0, *, attempt: int | None = None, wait_s: float = 0.0
@@ -167,11 +175,11 @@ class Client:
         )
 
     def providers(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._json("GET", "/v1/providers")["providers"]
+        found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found
 
     def shutdown(self) -> None:
-        self._json("POST", "/v1/server/shutdown")
+        self._http.json("POST", "/v1/server/shutdown")
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -179,7 +187,7 @@ class Client:
         self, path: str, params: dict[str, Any], wait_s: float
     ) -> tuple[httpx.Response, dict[str, Any]]:
         """A long-polled piece of output: the response and the fields every log chunk has."""
-        response = self._request("GET", path, params=params, timeout=wait_s + 30.0)
+        response = self._http.request("GET", path, params=params, timeout=wait_s + 30.0)
         headers = response.headers
         return response, {
             "data": response.content,
@@ -188,31 +196,8 @@ class Client:
             "task_state": headers["X-Gpulease-Task-State"],
         }
 
-    def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        data: dict[str, Any] = self._request(method, path, **kw).json()
-        return data
-
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kw)
-        except httpx.TransportError as exc:
-            raise ServerUnavailable(
-                f"the gpulease server at {self.url} did not answer: {exc}"
-            ) from None
-        if response.status_code >= 400:
-            raise error_for(response.status_code, _message(response))
-        return response
-
 
 def _with_warnings(view: dict[str, Any], prepared: PreparedTask) -> dict[str, Any]:
     """The server's view with this side's parse warnings first (each said once)."""
     said = [*prepared.warnings, *view.get("warnings", [])]
     return {**view, "warnings": list(dict.fromkeys(said))}
-
-
-def _message(response: httpx.Response) -> str:
-    try:
-        error = response.json()["error"]
-        return str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        return response.text[:300] or response.reason_phrase

@@ -1,5 +1,5 @@
 """The local provider's "cloud": one JSON file per instance under ``<root>/instances/``, written
-atomically (temp file, fsync, rename), and a lock file that serialises writers across
+atomically (:mod:`gpulease.atomic`), and a lock file that serialises writers across
 processes (two servers, or a server and the CLI, on one machine).
 
 A record holds what a cloud would: the tags, the node's rank, its fake GPUs, the state the
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import write_json_atomic
 from gpulease.providers.base import InstanceState
 
 
@@ -92,16 +91,7 @@ class Registry:
         return records
 
     def save(self, record: NodeRecord) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{record.id}.", dir=self.dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(record.to_json(), fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path(record.id))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(self.path(record.id), record.to_json(), indent=1, mode=0o600)
 
     def delete(self, instance_id: str) -> None:
         self.path(instance_id).unlink(missing_ok=True)

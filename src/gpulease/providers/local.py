@@ -30,6 +30,7 @@ Timing: ``launch`` and ``start`` return as soon as every agent answers, or after
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from gpulease.atomic import write_atomic
 from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock, SystemClock
 from gpulease.config import home, load_config
@@ -435,10 +437,6 @@ def _instance_id(request_id: str, rank: int) -> str:
 
 
 def _write_token_once(path: Path) -> None:
-    """A fresh token, readable by the owner only; kept across stop/start."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(32) + "\n")
+    """A fresh token, readable by the owner only; kept across stop/start (never half-written)."""
+    with contextlib.suppress(FileExistsError):
+        write_atomic(path, secrets.token_urlsafe(32) + "\n", mode=0o600, exclusive=True)

@@ -16,8 +16,6 @@ sim clock's origin in ``root/clock.json``, so a restarted server continues the s
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import SecretStr
 
+from gpulease.atomic import write_json_atomic
 from gpulease.catalog.types import OfferTable
 from gpulease.clock import Clock, ScaledClock
 from gpulease.providers.base import (
@@ -80,12 +79,7 @@ def _load_clock(path: Path, scale: float) -> ScaledClock:
 
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(path, data, mode=0o600)  # gpulease-internal state, as before
 
 
 class SimProvider(

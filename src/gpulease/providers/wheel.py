@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 import gpulease
+from gpulease.atomic import atomic_file
 from gpulease.providers.base import ProviderError
 
 DIST = "gpulease"
@@ -130,13 +130,9 @@ def _write(
         members.append((f"{info}/entry_points.txt", entry_points.encode()))
     record = "\n".join([*(_record_line(n, c) for n, c in members), f"{info}/RECORD,,"]) + "\n"
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+    with atomic_file(path) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, content in [*members, (f"{info}/RECORD", record.encode())]:
             entry = zipfile.ZipInfo(name, _EPOCH)
             entry.compress_type = zipfile.ZIP_DEFLATED
             entry.external_attr = 0o644 << 16
             archive.writestr(entry, content)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

@@ -12,27 +12,26 @@ Moves no states.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
 
 from pydantic import SecretStr
+
+from gpulease.atomic import write_atomic
 
 TOKEN_FILE = "server.token"
 KEY_FILE = "server.key"
 
 
 def _create_private(path: Path, content: bytes) -> None:
-    """Write ``content`` to a new file readable by its owner only (no-op when it exists)."""
+    """Write ``content`` to a new file readable by its owner only (no-op when it exists); a
+    crash never leaves an empty or half-written one (atomic, 0600 from the temp's creation)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(content)
+    with contextlib.suppress(FileExistsError):
+        write_atomic(path, content, mode=0o600, exclusive=True)
 
 
 def _read_private(path: Path) -> bytes:

@@ -29,6 +29,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from gpulease import config
+from gpulease.atomic import write_json_atomic
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
@@ -70,9 +71,7 @@ def _take_lock(home: Path) -> IO[str] | None:
 
 
 def _write_info(home: Path, data: dict[str, Any]) -> None:
-    tmp = home / f".{INFO_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
-    os.replace(tmp, home / INFO_FILE)
+    write_json_atomic(home / INFO_FILE, data)
 
 
 def _remove_info(home: Path) -> None:

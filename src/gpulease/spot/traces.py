@@ -12,11 +12,11 @@ import json
 import math
 import os
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import write_json_atomic
 from gpulease.errors import UserInputError
 
 
@@ -110,22 +110,13 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 def write_trace(path: str | os.PathLike[str], trace: Trace) -> None:
-    """Write ``trace`` atomically (temp file, fsync, rename)."""
+    """Write ``trace`` atomically (:mod:`gpulease.atomic`)."""
     path = Path(path)
     doc = {
         "metadata": {**trace.metadata, "gap_seconds": trace.gap_seconds},
         "data": list(trace.data),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path, doc)
 
 
 def generate_trace(

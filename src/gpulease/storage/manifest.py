@@ -1,7 +1,8 @@
 """Atomic file writes and the checkpoint manifest (DESIGN.md principle 8).
 
 Every file is written under a temporary name, fsynced, then renamed into place, and the directory
-is fsynced; ``manifest.json`` (``{"version": 2, "step": N, "checksum": "sha256-tree-16MiB", ...,
+is fsynced (:mod:`gpulease.atomic`, whose ``write_atomic`` and ``fsync_path`` this module
+re-exports); ``manifest.json`` (``{"version": 2, "step": N, "checksum": "sha256-tree-16MiB", ...,
 "files": {name: {"sha256_tree", "size"}}}``, see :mod:`gpulease.storage.digest`) is written last,
 so a directory without a valid manifest is an incomplete checkpoint.
 """
@@ -9,54 +10,36 @@ so a directory without a valid manifest is an incomplete checkpoint.
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import fsync_path, is_temp_name, write_atomic
 from gpulease.storage.digest import CHECKSUM, entry, entry_matches, file_digest
+
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "fsync_dir", "fsync_path", "is_data_name",
+           "new_manifest", "read_manifest", "verify_dir", "write_atomic",
+           "write_manifest"]  # fmt: skip
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 2
-_TEMP = re.compile(r"^\..+\.tmp-\d+$")
 
 
 def is_data_name(name: str) -> bool:
     """True for a checkpoint data file name: flat, not the manifest, not a temp file of ours.
 
     Dot names are data (``torch.distributed.checkpoint`` writes ``.metadata``); only the temp
-    names of :func:`write_atomic` (``.NAME.tmp-PID``) are not.
+    names of :mod:`gpulease.atomic` (``.NAME.tmp-PID-RANDOM``) are not.
     """
     return (
         bool(name)
         and "/" not in name
         and name not in {MANIFEST, ".", ".."}
-        and not (_TEMP.match(name))
+        and not is_temp_name(name)
     )
 
 
-def fsync_path(path: Path) -> None:
-    """Fsync an existing file or directory (a directory: so a rename inside it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 fsync_dir = fsync_path  # the name the callers that sync directories use
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp name, fsync and rename; fsync the directory."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def new_manifest(

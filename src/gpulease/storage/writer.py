@@ -12,12 +12,12 @@ incomplete and restore skips it.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from gpulease.atomic import AtomicFile
 from gpulease.storage.digest import TreeHasher, entry
 from gpulease.storage.manifest import MANIFEST, fsync_dir, is_data_name, new_manifest, write_atomic
 
@@ -67,8 +67,8 @@ class HashingFile(_AllOrNothing):
         trailer: Callable[[], bytes] | None = None,
     ) -> None:
         self.path = path
-        self._tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        self._fh: IO[bytes] = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._out = AtomicFile(path)  # committed in close(), dropped in abort()
+        self._fh: IO[bytes] = self._out.file
         self._hash = TreeHasher()
         self._transform = transform
         self._trailer = trailer
@@ -93,22 +93,19 @@ class HashingFile(_AllOrNothing):
         self._fh.flush()
 
     def close(self) -> None:
-        """Finish: trailer, fsync, rename into place; sets :attr:`digest`."""
+        """Finish: trailer, fsync, rename into place; sets :attr:`digest`. The directory is
+        fsynced once for all its files, by :meth:`CheckpointWriter.finish`."""
         if self.digest is not None:
             return
         if self._trailer is not None:
             self._emit(self._trailer())
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-        os.replace(self._tmp, self.path)
+        self._out.commit(sync_dir=False)
         self.digest = self._hash.hexdigest()
 
     def abort(self) -> None:
         """Drop the temp file (after a failed write)."""
         self._hash.cancel()
-        self._fh.close()
-        self._tmp.unlink(missing_ok=True)
+        self._out.abort()
 
     def _commit(self) -> None:
         self.close()

@@ -13,11 +13,11 @@ authorizing) gets it on the next launch. The private key is written 0600 to
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import write_atomic
 from gpulease.providers.aws.clients import Ec2Clients
 from gpulease.providers.aws.errors import ExpectedError
 from gpulease.providers.base import TAG_OWNER, ProviderError
@@ -39,9 +39,7 @@ def key_path(root: Path, region: str, owner: str) -> Path:
 
 def _write_private(path: Path, material: str) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(material)
+    write_atomic(path, material, mode=0o600)  # AWS hands key material out once: never torn
 
 
 def _tags(kind: str, owner: str) -> list[dict[str, Any]]:

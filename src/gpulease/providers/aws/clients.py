@@ -9,12 +9,12 @@ Nothing here logs a request or a credential. Also owns the persisted set of regi
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import write_json_atomic
 from gpulease.providers.aws.errors import call
 
 
@@ -92,6 +92,4 @@ class RegionSet:
                 return
             self._regions[region] = None
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text(json.dumps(list(self._regions)), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, list(self._regions))

@@ -28,13 +28,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulease.atomic import write_json_atomic
 from gpulease.providers.aws.clients import Ec2Clients
 from gpulease.providers.aws.errors import ExpectedError
 from gpulease.providers.base import TAG_OWNER
@@ -81,12 +81,7 @@ class PlacementGroups:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         rows = [{"region": g.region, "owner": g.owner, "name": g.name}
                 for g in sorted(self._groups, key=lambda g: (g.region, g.name))]  # fmt: skip
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(rows, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, rows)
 
     def ensure(self, region: str, owner: str, request_id: str) -> str:
         """The launch's group, recorded then created (an existing one is fine); the caller

@@ -16,9 +16,9 @@ script pip-installs ``gpulease[aws]==<version>`` and starts the agent itself (bo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
-import os
 import secrets
 import shlex
 from pathlib import Path
@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 import gpulease
+from gpulease.atomic import write_atomic
 from gpulease.providers.aws.bootstrap import start_script
 
 KEY_FILE = "node-token.key"
@@ -35,13 +36,8 @@ def token_key(root: Path) -> bytes:
     """The key node tokens are derived from (created 0600 on first use)."""
     path = root / KEY_FILE
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secrets.token_bytes(32))
+    with contextlib.suppress(FileExistsError):  # made once, whole, 0600 from the start
+        write_atomic(path, secrets.token_bytes(32), mode=0o600, exclusive=True)
     key = path.read_bytes()
     if len(key) < 16:
         raise RuntimeError(f"{path} is too short to be a key")

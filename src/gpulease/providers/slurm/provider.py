@@ -19,10 +19,10 @@ requeue (``restart_cnt`` grew, or state REQUEUED / PREEMPTED / NODE_FAIL) is a P
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import secrets
 import sys
 from collections.abc import Iterator, Mapping
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from gpulease.atomic import write_atomic, write_json_atomic
 from gpulease.clock import Clock, SystemClock
 from gpulease.providers.base import (
     TAG_NODE_RANK,
@@ -200,9 +201,9 @@ class SlurmProvider(Provider, SupportsMultiNode, SupportsNodeToken, SupportsOffe
 
     def _record(self, folder: Path, request: LaunchRequest, job_id: str) -> None:
         data = {"job_id": job_id, "request_id": request.request_id, "nodes": request.num_nodes}
-        (folder / "job.json").write_text(json.dumps(data))
+        write_json_atomic(folder / "job.json", data)
         (self.root / "jobs").mkdir(parents=True, exist_ok=True)
-        (self.root / "jobs" / job_id).write_text(folder.name)
+        write_atomic(self.root / "jobs" / job_id, folder.name)
 
     # ---- observing -----------------------------------------------------------------------------
 
@@ -342,10 +343,6 @@ def _read_port(path: Path) -> int | None:
 
 
 def _write_token_once(path: Path) -> None:
-    """A fresh token, readable by the owner only; kept across requeues."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(32) + "\n")
+    """A fresh token, readable by the owner only; kept across requeues (never half-written)."""
+    with contextlib.suppress(FileExistsError):
+        write_atomic(path, secrets.token_urlsafe(32) + "\n", mode=0o600, exclusive=True)

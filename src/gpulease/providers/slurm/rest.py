@@ -5,8 +5,8 @@
 ``X-SLURM-USER-NAME`` (``rest_user``) and ``X-SLURM-USER-TOKEN``, the JWT read from the
 environment variable named by ``rest_token_env`` at each request (never logged, never stored).
 Transport failures, 5xx answers and an unreachable slurmctld are :class:`ProviderUnavailable`,
-retried with jittered, bounded backoff; error bodies are classified like the commands' stderr
-(:func:`classify`). Moves no states.
+retried with jittered, bounded backoff; error bodies are classified by their Slurm error numbers
+(:mod:`~gpulease.providers.slurm.rest_errors`), not by their text. Moves no states.
 """
 
 from __future__ import annotations
@@ -23,12 +23,18 @@ from gpulease.backoff import retry
 from gpulease.clock import Clock, SystemClock
 from gpulease.providers.base import LaunchRequest, ProviderError, ProviderUnavailable
 from gpulease.providers.slurm import script
-from gpulease.providers.slurm.commands import NodeInfo, classify, parse_gres
+from gpulease.providers.slurm.commands import NodeInfo, parse_gres
+from gpulease.providers.slurm.rest_errors import (
+    CANCEL,
+    NOTHING,
+    SUBMIT,
+    Accept,
+    classify_errors,
+    rest_errors,
+)
 from gpulease.providers.slurm.settings import SlurmSettings
 
 API = "/slurm/v0.0.38"
-#: errors a cancel may meet for a job that already ended: not failures
-_GONE = ("invalid job id", "already completing or completed", "job/step already")
 
 
 class SlurmRest:
@@ -76,9 +82,10 @@ class SlurmRest:
         *,
         body: Mapping[str, Any] | None = None,
         partition: str | None = None,
-        accept: tuple[str, ...] = (),
+        accept: Accept = NOTHING,
     ) -> Mapping[str, Any]:
-        """The JSON answer of ``method path``; retried while slurmrestd/slurmctld is away."""
+        """The JSON answer of ``method path``; retried while slurmrestd/slurmctld is away.
+        Errors in the body that ``accept`` covers are not failures of this call."""
         return retry(
             lambda: self._once(method, path, body, partition, accept),
             attempts=self._attempts,
@@ -93,7 +100,7 @@ class SlurmRest:
         path: str,
         body: Mapping[str, Any] | None,
         partition: str | None,
-        accept: tuple[str, ...],
+        accept: Accept,
     ) -> Mapping[str, Any]:
         what = f"slurmrestd {method} {path}"
         try:
@@ -117,9 +124,10 @@ class SlurmRest:
             if answer.status_code >= 500:
                 raise ProviderUnavailable(f"{what}: HTTP {answer.status_code}", delay=0.5)
             raise ProviderError(f"{what}: HTTP {answer.status_code}, not JSON")
-        errors = _error_text(data)
-        if errors and not any(a in errors.lower() for a in accept):
-            raise classify(what, errors, partition=partition)
+        errors = rest_errors(data)
+        failed = [e for e in errors if not accept.covers(e)]
+        if failed:
+            raise classify_errors(what, failed, partition=partition)
         if answer.status_code >= 400 and not errors:
             raise ProviderError(f"{what}: HTTP {answer.status_code}")
         return data
@@ -184,8 +192,7 @@ class SlurmRest:
             job["qos"] = self.settings.qos
         body = {"script": (folder / "batch.sh").read_text(), "job": job}
         # "not available now" comes with a job id: the job was queued (pending), like sbatch
-        data = self.request("POST", "/job/submit", body=body, partition=partition,
-                            accept=("not available now",))  # fmt: skip
+        data = self.request("POST", "/job/submit", body=body, partition=partition, accept=SUBMIT)
         job_id = str(data.get("job_id") or "")
         if not job_id.isdigit():
             raise ProviderError(f"slurmrestd job/submit: no job id in the answer ({job_id!r})")
@@ -193,7 +200,7 @@ class SlurmRest:
 
     def cancel(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
-            self.request("DELETE", f"/job/{job_id}", accept=_GONE)
+            self.request("DELETE", f"/job/{job_id}", accept=CANCEL)
 
     def _job_environment(self) -> dict[str, str]:
         """This process's environment for the job (as sbatch exports it), less the token and
@@ -202,15 +209,6 @@ class SlurmRest:
             k: v for k, v in os.environ.items()
             if k != self.settings.rest_token_env and not k.startswith(("SLURM_", "SBATCH_"))
         }  # fmt: skip
-
-
-def _error_text(data: Mapping[str, Any]) -> str:
-    parts = []
-    for error in data.get("errors") or []:
-        if isinstance(error, Mapping):
-            text = error.get("description") or error.get("error") or ""
-            parts.append(str(text))
-    return "; ".join(p for p in parts if p)
 
 
 def _int(value: Any) -> int:
