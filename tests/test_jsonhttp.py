@@ -5,9 +5,7 @@ server's agent client, the SDK), transport failures, the per-call extra timeout,
 from __future__ import annotations
 
 import http.server
-import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from gpulease.client import (
 )
 from gpulease.errors import Permanent, Retryable, UserInputError
 from gpulease.jsonhttp import HttpRefused, HttpUnauthorized, HttpUnavailable, JsonHttp
+from tests.loopback import send, serving
 
 TOKEN = "t0k-secret"
 SLOW_S = 0.6  # the /slow answer's delay: well past SHORT_S, far below the extra timeout
@@ -62,12 +61,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return self._send(int(status), {"error": {"code": f"c{status}", "message": f"m{status}"}})
 
     def _send(self, status: int, body: object, kind: str = "application/json") -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send(self, status, body, kind)
 
     def do_GET(self) -> None:
         self._answer()
@@ -83,14 +77,8 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}")
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serving(_Handler) as httpd:
+        yield Server(f"http://127.0.0.1:{httpd.server_address[1]}")
 
 
 def _closed_port() -> int:

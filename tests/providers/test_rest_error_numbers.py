@@ -8,8 +8,6 @@ of unavailable answers do not sleep)."""
 from __future__ import annotations
 
 import http.server
-import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +22,7 @@ from gpulease.providers.slurm import SlurmSettings
 from gpulease.providers.slurm.commands import classify
 from gpulease.providers.slurm.rest import SlurmRest
 from gpulease.providers.slurm.rest_errors import CANCEL, SUBMIT, classify_errors, rest_errors
+from tests.loopback import send, serving
 
 
 def _body(*errors: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -166,12 +165,7 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         status, body = server.answer
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send(self, status, body)
 
     def do_GET(self) -> None:
         self._answer()
@@ -186,15 +180,9 @@ class _Answers(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def slurmrestd(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("SLURM_JWT", "jwt-for-the-test")
-    httpd: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    httpd.daemon_threads = True
-    httpd.answer, httpd.paths = (200, _body()), []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serving(_Answers) as httpd:
+        httpd.answer, httpd.paths = (200, _body()), []
+        yield httpd
 
 
 def _rest(httpd: Any) -> SlurmRest:
