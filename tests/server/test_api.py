@@ -51,7 +51,7 @@ class SellingFake(FakeProvider, SupportsOffers):
 @pytest.fixture
 def http(engine: Engine) -> TestClient:
     provider = SellingFake(name="local")
-    service = ClusterService(engine, {"local": provider}, FakeAgents(), settings={"local": {}},
+    service = ClusterService(engine, {"local": provider}, FakeAgents(),
                              clock=VirtualClock(), owner="gl-test")  # fmt: skip
     client = TestClient(create_app(service, SecretStr(TOKEN)))
     client.headers["Authorization"] = f"Bearer {TOKEN}"

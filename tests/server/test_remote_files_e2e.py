@@ -85,7 +85,7 @@ def world(
     agents = HttpAgents(providers, secrets.token_bytes(32), file_limit=5 * MB)
     clock = SystemClock()
     owner = f"gl-test-{os.getpid()}"
-    service = ClusterService(engine, providers, agents, settings={"local": {}}, clock=clock,
+    service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, file_limit=5 * MB)  # fmt: skip
     loop = Reconciler(engine, providers, agents, clock=clock, owner=owner)
     yield service, loop, provider, hidden

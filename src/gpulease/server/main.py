@@ -125,7 +125,7 @@ def _assemble(home: Path) -> _Parts:
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
                       jobs=job_loop)  # fmt: skip
-    service = ClusterService(engine, providers, agents, settings=settings, clock=clock,
+    service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())

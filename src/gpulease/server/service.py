@@ -81,7 +81,6 @@ class ClusterService:
         providers: Mapping[str, Provider],
         agents: AgentConnector,
         *,
-        settings: Mapping[str, Mapping[str, Any]],
         clock: Clock,
         owner: str,
         wake: Callable[[], None] = lambda: None,
@@ -91,7 +90,6 @@ class ClusterService:
         self.file_limit = file_limit
         self.providers = providers
         self.agents = agents
-        self.settings = settings
         self.clock = clock
         self.owner = owner
         self.wake = wake
