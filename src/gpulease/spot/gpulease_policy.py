@@ -61,15 +61,16 @@ fastest worst-case plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from gpulease.spot.runs import RunStats
 from gpulease.spot.sim import Mode, Observation
-from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO, IDLE, OD, MarkovEstimate, table_for
+from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO, IDLE, OD, Table, table_for
 
 _EPS = 1e-9
 
-SCHEDULE_STRETCH = 1.04
-HYSTERESIS_CHANGEOVERS = -0.5
-CONFIRM_TICKS = 2
+#: The model is refitted (and its table looked up again) at most this often, in window seconds.
+REFIT_S = 4 * 3600.0
 
 _FROM_CODE = {OD: Mode.ON_DEMAND, IDLE: Mode.IDLE}
 
@@ -97,78 +98,72 @@ def is_safe(obs: Observation, mode: Mode) -> bool:
     return _ticks(rem + obs.changeover, obs.gap) <= ticks_left(obs) - 1
 
 
-def schedule(obs: Observation, lead: float = 0.0) -> float:
-    """Target progress at ``elapsed + lead`` on the lagging uniform schedule."""
-    horizon = SCHEDULE_STRETCH * obs.deadline
-    return min(obs.job, (obs.elapsed + lead) * obs.job / horizon)
-
-
-def proposal(obs: Observation, spot_age: int = CONFIRM_TICKS) -> Mode:
-    """Rule B: the mode before the safety net. ``spot_age``: ticks the current spot run has lasted
-    (this one included) as seen in the window."""
-    if not obs.spot_available:
-        if obs.progress < schedule(obs) or obs.prev_mode == Mode.ON_DEMAND:
-            return Mode.ON_DEMAND
-        return Mode.IDLE
-    if obs.prev_mode == Mode.ON_DEMAND:
-        lead = HYSTERESIS_CHANGEOVERS * obs.changeover
-        if schedule(obs, lead) >= obs.progress:
-            return Mode.ON_DEMAND
-        if obs.changeover > obs.gap and spot_age < CONFIRM_TICKS:
-            return Mode.ON_DEMAND
-    return Mode.SPOT
-
-
 class GpuleasePolicy:
-    """Expected-cost decisions under a learned availability model (short changeovers), schedule
-    rules with confirmed spot runs (long ones), and an exact safety net."""
+    """Expected-cost decisions under a heavy-tailed run/outage model learned from what the market
+    showed (history and window), with an exact safety net."""
 
     name = "gpulease"
 
-    def __init__(self, spot_ratio: float = DEFAULT_SPOT_RATIO) -> None:
+    def __init__(self, spot_ratio: float = DEFAULT_SPOT_RATIO, history: RunStats | None = None):
         self.spot_ratio = spot_ratio
+        self._base = history.copy() if history is not None else None
         self.reset()
 
+    def set_history(self, available: Sequence[bool], gap_s: float) -> None:
+        """Start every window from the statistics of ``available`` (ticks of ``gap_s`` seconds
+        just before the window; :class:`~gpulease.spot.sim.HistoryAware`)."""
+        self._base = RunStats.from_availability(available, gap_s) if available else None
+        self.reset()
+
+    @property
+    def history(self) -> RunStats:
+        """The statistics now: the seeded history plus everything seen in this window."""
+        return self._stats
+
     def reset(self) -> None:
-        """Forget the window: availability history, run age and the model's counts."""
+        """Forget the window (back to the seeded history, if any)."""
+        self._stats = self._base.copy() if self._base is not None else RunStats()
+        self._fresh = self._base is None
         self._last_tick = -1
         self._last_up: bool | None = None
-        self._age = 0
-        self._estimate = MarkovEstimate()
+        self._table: Table | None = None
+        self._fitted_at = -math.inf
 
     def _observe(self, obs: Observation) -> None:
         if obs.tick == 0 or obs.tick <= self._last_tick:
             self.reset()
-        up = obs.spot_available
-        if self._last_up is not None and obs.tick == self._last_tick + 1:
-            self._estimate.observe(self._last_up, up)
-            self._age = self._age + 1 if up == self._last_up else 1
-        else:
-            self._age = 1
-        self._last_up = up
+        if self._fresh:
+            self._stats.gap_s = obs.gap
+            self._fresh = False
+        if self._last_up is not None:
+            self._stats.advance(self._last_up, (obs.tick - self._last_tick) * obs.gap)
+        self._last_up = obs.spot_available
         self._last_tick = obs.tick
 
-    def _model_mode(self, obs: Observation) -> Mode | None:
-        q, r = self._estimate.chain()
-        table = table_for(
-            job=obs.job,
-            deadline=obs.deadline,
-            changeover=obs.changeover,
-            gap=obs.gap,
-            q=q,
-            r=r,
-            spot_ratio=self.spot_ratio,
-        )
-        if table is None:
-            return None
-        code = table.decide(ticks_left(obs), obs.spot_available, int(obs.prev_mode), obs.progress)
-        return _FROM_CODE.get(code, Mode.SPOT)
+    def _plan(self, obs: Observation) -> Table:
+        if self._table is None or obs.elapsed - self._fitted_at >= REFIT_S - _EPS:
+            self._table = table_for(
+                job=obs.job,
+                deadline=obs.deadline,
+                changeover=obs.changeover,
+                gap=obs.gap,
+                rates=self._stats.rates(),
+                spot_ratio=self.spot_ratio,
+            )
+            self._fitted_at = obs.elapsed
+        return self._table
 
     def decide(self, obs: Observation) -> Mode:
         self._observe(obs)
-        mode = self._model_mode(obs)
-        if mode is None:
-            mode = proposal(obs, self._age if obs.spot_available else 0)
+        code = self._plan(obs).decide(
+            time_left=ticks_left(obs) * obs.gap,
+            spot=obs.spot_available,
+            age_s=self._stats.age_now(obs.spot_available),
+            prev_mode=int(obs.prev_mode),
+            pending=obs.pending,
+            progress=obs.progress,
+        )
+        mode = _FROM_CODE.get(code, Mode.SPOT)
         if mode == Mode.SPOT and not obs.spot_available:
             mode = Mode.IDLE
         return mode if is_safe(obs, mode) else Mode.ON_DEMAND
