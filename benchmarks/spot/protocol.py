@@ -39,9 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from summary import markdown_report  # noqa: E402  (sibling module of this script)
+from summary import markdown_report
 
-from gpulease.spot import Trace, WindowResult, load_trace, optimal_cost, run_spot_sim  # noqa: E402
+from gpulease.spot import Trace, WindowResult, load_trace, optimal_cost, run_spot_sim
 
 POLICIES = "on_demand,greedy,uniform_progress,gpulease,optimal"
 
@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         for unit, (cells, seconds) in zip(units, pool.map(run_unit, units), strict=True):
             rows.extend(cells)
             timings[f"{unit.set_name}/{unit.path.stem}/n{unit.nodes}"] = seconds
-            print(f"{unit.set_name} {unit.path.stem} nodes={unit.nodes}: {seconds:.0f} s", flush=True)
+            name = f"{unit.set_name} {unit.path.stem} nodes={unit.nodes}"
+            print(f"{name}: {seconds:.0f} s", flush=True)
     wall = time.perf_counter() - start
     policies = [name.strip() for name in args.policy.split(",") if name.strip()]
     report = markdown_report(rows, policies)

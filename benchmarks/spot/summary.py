@@ -118,9 +118,12 @@ def set_table(rows: list[Row], policies: list[str]) -> str:
         gap = keys[0][2]
         for changeover in sorted({k[5] for k in keys}):
             members = [cells[k] for k in keys if k[5] == changeover]
-            lines.append(_line([set_name, f"{gap:g}", f"{changeover:g}"], aggregate(members, policies), policies))
-        lines.append(_line([f"**{set_name}**", f"{gap:g}", "all"], aggregate([cells[k] for k in keys], policies), policies))
-    lines.append(_line(["**all sets**", "", ""], aggregate(list(cells.values()), policies), policies))
+            row = aggregate(members, policies)
+            lines.append(_line([set_name, f"{gap:g}", f"{changeover:g}"], row, policies))
+        row = aggregate([cells[k] for k in keys], policies)
+        lines.append(_line([f"**{set_name}**", f"{gap:g}", "all"], row, policies))
+    row = aggregate(list(cells.values()), policies)
+    lines.append(_line(["**all sets**", "", ""], row, policies))
     return "\n".join(lines)
 
 

@@ -33,7 +33,6 @@ from gpulease.spot.sim import HistoryAware, Policy
 from gpulease.spot.simulate import WindowResult, baseline_cost, floor_ticks, simulate_window
 from gpulease.spot.traces import Trace
 
-
 #: Hours of a trace before each window that a history-aware policy is shown.
 HISTORY_HOURS = 168.0
 
@@ -128,6 +127,7 @@ def validate(
     nodes: int,
     od_price: float,
     spot_price: float,
+    history_hours: float = 0.0,
 ) -> None:
     """Check every argument that does not depend on a trace."""
     _validate_times(job_hours, deadline_hours, changeover_hours)
@@ -137,6 +137,7 @@ def validate(
         raise UserInputError(f"--nodes: must be ≥ 1, got {nodes}")
     _positive("--od-price", od_price)
     _positive("--spot-price", spot_price, allow_zero=True)
+    _positive("--history-hours", history_hours, allow_zero=True)
 
 
 def window_starts(
@@ -264,6 +265,7 @@ def run_spot_sim(
         nodes=nodes,
         od_price=od_price,
         spot_price=spot_price,
+        history_hours=history_hours,
     )
     if not traces:
         raise UserInputError("TRACE: give at least one trace file")

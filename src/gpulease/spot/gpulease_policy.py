@@ -69,6 +69,10 @@ from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO, IDLE, OD, Table, table_
 
 _EPS = 1e-9
 
+#: Outage floor: while spot is out and progress is below ``C·t / (FLOOR_STRETCH·D)``, run
+#: on-demand whatever the model expects (``0`` turns the floor off). A lagging uniform schedule.
+FLOOR_STRETCH = 1.04
+
 #: The model is refitted (and its table looked up again) at most this often, in window seconds.
 REFIT_S = 4 * 3600.0
 
@@ -96,6 +100,13 @@ def is_safe(obs: Observation, mode: Mode) -> bool:
         if rem <= _EPS:
             return True
     return _ticks(rem + obs.changeover, obs.gap) <= ticks_left(obs) - 1
+
+
+def behind_floor(obs: Observation) -> bool:
+    """Whether progress is below the lagging uniform schedule (:data:`FLOOR_STRETCH`)."""
+    if FLOOR_STRETCH <= 0:
+        return False
+    return obs.progress < min(obs.job, obs.elapsed * obs.job / (FLOOR_STRETCH * obs.deadline))
 
 
 class GpuleasePolicy:
@@ -144,7 +155,7 @@ class GpuleasePolicy:
         if self._table is None or obs.elapsed - self._fitted_at >= REFIT_S - _EPS:
             self._table = table_for(
                 job=obs.job,
-                deadline=obs.deadline,
+                time_left=ticks_left(obs) * obs.gap,
                 changeover=obs.changeover,
                 gap=obs.gap,
                 rates=self._stats.rates(),
@@ -166,4 +177,6 @@ class GpuleasePolicy:
         mode = _FROM_CODE.get(code, Mode.SPOT)
         if mode == Mode.SPOT and not obs.spot_available:
             mode = Mode.IDLE
+        if mode == Mode.IDLE and behind_floor(obs):
+            mode = Mode.ON_DEMAND
         return mode if is_safe(obs, mode) else Mode.ON_DEMAND

@@ -13,9 +13,10 @@ seconds, so the model does not depend on the trace's tick.
 (``exposure``), both decayed with a half-life of ``HALF_LIFE_S`` (markets drift), plus the current
 spell (its availability and age). The estimate blends them with a prior worth ``PRIOR_WEIGHT_S``
 seconds of exposure per bucket at the rates ``PRIOR_RATE_PER_H`` (chosen on the tuning traces,
-benchmarks/README.md): ``rate = (events + prior_rate·W) / (exposure + W)``. A tick of ``g``
-seconds is a discrete observation: the per-tick end fraction ``events·g / exposure`` is turned into
-the continuous rate ``−ln(1 − f) / g``, so a trace resampled to shorter ticks yields the same rates.
+benchmarks/README.md). A tick of ``g`` seconds is a discrete observation: the per-tick end fraction
+``f = (events + p·W/g)·g / (exposure + W)`` (``p = 1 − e^(−λ·g)``, the prior's ends per tick) is
+turned into the continuous rate ``−ln(1 − f) / g``, so a model with no data is exactly its prior
+and a trace resampled to shorter ticks yields about the same rates.
 
 The statistics carry over from one window (or job) to the next: :meth:`RunStats.copy`,
 :meth:`RunStats.to_dict` / :meth:`RunStats.from_dict` (persist them), :meth:`RunStats.advance`
@@ -69,9 +70,7 @@ class RunStats:
 
     gap_s: float = 600.0  # the tick of the observations (for the discrete → continuous rate)
     events: list[list[float]] = field(default_factory=lambda: [[0.0] * BUCKETS, [0.0] * BUCKETS])
-    exposure: list[list[float]] = field(
-        default_factory=lambda: [[0.0] * BUCKETS, [0.0] * BUCKETS]
-    )
+    exposure: list[list[float]] = field(default_factory=lambda: [[0.0] * BUCKETS, [0.0] * BUCKETS])
     state: bool | None = None  # availability of the current spell (None: nothing seen yet)
     age_s: float = 0.0  # how long the current spell has lasted
     seen_s: float = 0.0  # seconds observed in all (not decayed)
@@ -96,7 +95,8 @@ class RunStats:
                 self.events[a][b] *= decay
                 self.exposure[a][b] *= decay
         if self.state is not None and up != self.state:
-            self.events[int(self.state)][bucket_of(self.age_s - 1e-9)] += 1.0
+            # the spell ended during its last tick: an end at the age that tick began
+            self.events[int(self.state)][bucket_of(max(0.0, self.age_s - self.gap_s))] += 1.0
             self.age_s = 0.0
         if self.state is None:
             self.age_s = 0.0
@@ -127,12 +127,13 @@ class RunStats:
             i = j
 
     def rates(self) -> list[list[float]]:
-        """``rate[a][b]``: ends per second of a spell with availability ``a`` in age bucket ``b``."""
+        """``rate[a][b]``: ends per second of a spell of availability ``a`` in age bucket ``b``."""
         out = []
         for a in (0, 1):
             row = []
             for b in range(BUCKETS):
-                prior = PRIOR_RATE_PER_H[a][b] / 3600.0
+                # the prior as the ends per tick its continuous rate would show
+                prior = -math.expm1(-PRIOR_RATE_PER_H[a][b] / 3600.0 * self.gap_s) / self.gap_s
                 events = self.events[a][b] + prior * PRIOR_WEIGHT_S
                 exposure = self.exposure[a][b] + PRIOR_WEIGHT_S
                 fraction = min(_MAX_FRACTION, events * self.gap_s / exposure)

@@ -7,8 +7,8 @@ seconds.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 

@@ -19,9 +19,10 @@ spell in bucket ``j`` moves to ``j + 1`` with probability ``Δ / width_j`` per s
 approximation of its age). Every transition has a probability above zero, so a finite value
 means finishing on every path: the decisions are deadline-safe by themselves (on the grid; the
 policy still puts the exact :func:`~gpulease.spot.gpulease_policy.is_safe` on top). The table is
-indexed by steps *left*, so one solve serves every deadline up to its horizon (rounded up to
-``HORIZON_STEP`` steps). Rates are rounded in log space (``RATE_ROUNDING``) so that windows with
-nearly the same estimate share one cached table (``CACHE_SIZE``).
+indexed by steps *left*, so one solve serves every deadline and every later refit up to its
+horizon (the time left, rounded up to ``HORIZON_STEP`` steps). Rates are rounded in log space
+(``RATE_ROUNDING``) so that windows with nearly the same estimate share one cached table
+(``CACHE_SIZE``).
 
 The policy does not see prices: the table assumes a spot tick costs ``spot_ratio`` of an on-demand
 tick (the ``gpulease spot-sim`` defaults, $0.9731 / $3.06).
@@ -30,9 +31,9 @@ tick (the ``gpulease spot-sim`` defaults, $0.9731 / $3.06).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -47,8 +48,9 @@ JOB_STEPS = 288
 MAX_PENDING_STEPS = 2
 #: Progress units per step.
 UNITS_PER_STEP = 2
-#: Horizons are rounded up to a multiple of this many steps (one solve serves many deadlines).
-HORIZON_STEP = 256
+#: Horizons are rounded up to a multiple of this many steps (one solve serves many deadlines and
+#: every later refit with the same rounded rates).
+HORIZON_STEP = 64
 #: Longest horizon planned; beyond it the policy plans for the last MAX_STEPS steps only.
 MAX_STEPS = 2048
 #: Rates are rounded to a geometric grid with this ratio before solving (table sharing).
@@ -64,7 +66,7 @@ BIG = 1e9
 OD, SPOT, IDLE = 0, 1, 2
 
 Int8Array = npt.NDArray[np.int8]
-FloatArray = npt.NDArray[np.float64]
+FloatArray = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,7 @@ class PlanGrid:
 
 
 def plan_grid(job: float, changeover: float, gap: float) -> PlanGrid:
-    """The planning grid for a job of ``job`` seconds, changeover ``changeover``, ticks of ``gap``."""
+    """The planning grid of a ``job``-second job with changeover ``changeover`` on ``gap`` ticks."""
     k = max(
         1,
         math.ceil(job / (JOB_STEPS * gap) - _EPS),
@@ -152,7 +154,13 @@ class Table:
     grid: PlanGrid
 
     def decide(
-        self, *, time_left: float, spot: bool, age_s: float, prev_mode: int, pending: float,
+        self,
+        *,
+        time_left: float,
+        spot: bool,
+        age_s: float,
+        prev_mode: int,
+        pending: float,
         progress: float,
     ) -> int:
         """The decision at a real state: ``time_left`` seconds to the deadline (this tick
@@ -178,37 +186,84 @@ class Table:
 def table_for(
     *,
     job: float,
-    deadline: float,
+    time_left: float,
     changeover: float,
     gap: float,
     rates: Sequence[Sequence[float]],
     spot_ratio: float,
 ) -> Table:
-    """The cached decision table for this problem and model (``rates[a][b]``: ends per second of
-    an outage (a = 0) or run (a = 1) in the model's age bucket ``b``)."""
+    """The decision table for this problem and model that covers ``time_left`` seconds
+    (``rates[a][b]``: ends per second of an outage (a = 0) or run (a = 1) in the model's age
+    bucket ``b``). A cached table for the same grid and rounded rates serves whenever its horizon
+    is long enough: the table is indexed by steps *left*, so its decisions do not depend on how far
+    back it was solved."""
     grid = plan_grid(job, changeover, gap)
-    horizon = math.floor(deadline / grid.step_s + _EPS)
-    rounded = min(MAX_STEPS, max(1, -(-horizon // HORIZON_STEP) * HORIZON_STEP))
+    needed = max(1, math.floor(time_left / grid.step_s + _EPS))
     merged = merged_rates(rates, grid)
-    key = tuple(tuple(round_rate(r) for r in row) for row in merged)
-    return decision_table(grid, rounded, key, spot_ratio)
+    key = (grid, tuple(tuple(round_rate(r) for r in row) for row in merged), spot_ratio)
+    table = _TABLES.get(key)
+    if table is None or table.codes.shape[0] < min(needed, MAX_STEPS):
+        horizon = min(MAX_STEPS, -(-needed // HORIZON_STEP) * HORIZON_STEP)
+        table = decision_table(grid, horizon, key[1], spot_ratio)
+    _TABLES[key] = table
+    _TABLES.move_to_end(key)
+    while len(_TABLES) > CACHE_SIZE:
+        _TABLES.popitem(last=False)
+    return table
 
 
-def _shift(values: FloatArray, gain: float, units: int) -> FloatArray:
-    """``values[..., x + gain]`` for every progress ``x`` (linear in between, capped at K)."""
-    if gain <= 0:
-        return values
-    whole = math.floor(gain + _EPS)
-    frac = gain - whole
-    idx = np.minimum(np.arange(units + 1) + whole, units)
-    out = values[..., idx]
-    if frac > 1e-6:
-        nxt = np.minimum(idx + 1, units)
-        out = (1.0 - frac) * out + frac * values[..., nxt]
-    return out
+#: Solved tables by (grid, rounded rates, spot ratio), least recently used first.
+_TABLES: OrderedDict[tuple[PlanGrid, tuple[tuple[float, ...], ...], float], Table] = OrderedDict()
 
 
-@lru_cache(maxsize=CACHE_SIZE)
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """Where a choice leads: the row after the step and the progress gained, ``whole + frac``
+    units (the value after it is linear in between two units, capped at the job)."""
+
+    row: int
+    whole: int
+    frac: float
+
+
+def _moves(grid: PlanGrid) -> tuple[list[_Move], list[int], list[int]]:
+    """Every distinct move, and for each row the move that choosing on-demand / spot makes."""
+    n_p = len(grid.pendings)
+    od_base = 1 + n_p
+    index: dict[tuple[int, float], int] = {}
+
+    def move(base: int, pending: float) -> int:
+        return index.setdefault((base + grid.after(pending), grid.gain(pending)), len(index))
+
+    d = grid.changeover_s
+    od_move = [move(od_base, d)] * (1 + 2 * n_p)
+    spot_move = [move(1, d)] * (1 + 2 * n_p)
+    for i, pending in enumerate(grid.pendings):
+        spot_move[1 + i] = move(1, pending)
+        od_move[od_base + i] = move(od_base, pending)
+    moves = []
+    for row, gain in sorted(index, key=index.__getitem__):
+        whole = math.floor(gain + _EPS)
+        frac = gain - whole
+        moves.append(_Move(row, whole, frac if frac > 1e-6 else 0.0))
+    return moves, od_move, spot_move
+
+
+def _shift_into(out: FloatArray, src: FloatArray, move: _Move) -> None:
+    """``out[:, x] = src[:, x + gain]`` (linear between units; at or past the job: the job)."""
+    size = src.shape[1]
+    w = min(move.whole, size - 1)
+    if move.frac == 0.0:
+        out[:, : size - w] = src[:, w:]
+        out[:, size - w :] = src[:, -1:]
+        return
+    n = size - w - 1  # x + w + 1 stays within the job for x < n
+    out[:, :n] = (
+        np.float32(1.0 - move.frac) * src[:, w:-1] + np.float32(move.frac) * src[:, w + 1 :]
+    )
+    out[:, n:] = src[:, -1:]
+
+
 def decision_table(
     grid: PlanGrid,
     horizon: int,
@@ -222,32 +277,24 @@ def decision_table(
     size = grid.units + 1
     w_stay, w_adv, w_end, adv_to, flip_to = _transitions(grid, rates)
     down = np.arange(n_states) < buckets
-    od_base = 1 + n_p
-    d = grid.changeover_s
+    moves, od_move, spot_move = _moves(grid)
     shape = (n_states, 1 + 2 * n_p, size)
     value = np.full(shape, BIG, dtype=np.float32)
     value[:, :, -1] = 0.0
     codes = np.empty((horizon, *shape), dtype=np.int8)
+    shifted = np.empty((len(moves), n_states, size), dtype=np.float32)
     on_demand = np.empty(shape, dtype=np.float32)
     spot = np.empty(shape, dtype=np.float32)
     ratio = np.float32(spot_ratio)
 
     for left in range(horizon):
         ev = w_stay * value + w_adv * value[adv_to] + w_end * value[flip_to]
-
-        def go(base: int, pending: float, ev: FloatArray = ev) -> FloatArray:
-            return _shift(ev[:, base + grid.after(pending)], grid.gain(pending), grid.units)
-
-        # on_demand[s, row] / spot[s, row]: the cost of choosing that mode from that row
-        od_start = go(od_base, d) + 1.0
-        spot_start = go(1, d) + ratio
-        on_demand[:, 0] = od_start
-        spot[:, 0] = spot_start
-        for i, pending in enumerate(grid.pendings):
-            on_demand[:, 1 + i] = od_start
-            spot[:, 1 + i] = go(1, pending) + ratio
-            on_demand[:, od_base + i] = go(od_base, pending) + 1.0
-            spot[:, od_base + i] = spot_start
+        for m, move in enumerate(moves):
+            _shift_into(shifted[m], ev[:, move.row], move)
+        # the cost of choosing on-demand / spot from each (state, row)
+        for row in range(shape[1]):
+            np.add(shifted[od_move[row]], 1.0, out=on_demand[:, row])
+            np.add(shifted[spot_move[row]], ratio, out=spot[:, row])
         spot[down] = BIG
         idle = ev[:, :1]
         best = np.minimum(on_demand, spot)
@@ -283,7 +330,7 @@ def _transitions(
                 p_adv[s] = min(1.0, grid.step_s / width)
                 adv_to[s] = s + 1
 
-    def weight(x: FloatArray) -> FloatArray:
+    def weight(x: npt.NDArray[np.float64]) -> FloatArray:
         return x.astype(np.float32)[:, None, None]
 
     return (
