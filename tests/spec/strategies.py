@@ -77,6 +77,7 @@ resources = st.builds(
     cpus=st.one_of(st.none(), minimums),
     memory=st.one_of(st.none(), minimums),
     disk=st.one_of(st.none(), minimums),
+    cpu_arch=st.sampled_from(["x86_64", "arm64", "any"]),
     use_spot=st.sampled_from([True, False, "auto"]),
     providers=st.one_of(st.none(), st.lists(st.sampled_from(["aws", "sim", "local"]), min_size=1)),
     regions=st.one_of(st.none(), st.lists(_NAME, min_size=1, max_size=3)),

@@ -201,6 +201,8 @@ class Catalog:
         regions: Iterable[str] | None = None,
         spot: bool = False,
         min_gpus: int | None = None,
+        *,
+        cpu_arch: str | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Which offers match (see :meth:`query`)."""
         o = self.offers
@@ -218,6 +220,8 @@ class Catalog:
             keep &= ~np.isnan(o.price_spot)
         if min_gpus is not None:
             keep &= o.gpu_count >= min_gpus
+        if cpu_arch is not None and cpu_arch != "any":
+            keep &= o.cpu_arch == cpu_arch
         return keep
 
     def _accelerator_mask(self, accelerator: str) -> npt.NDArray[np.bool_]:
@@ -244,25 +248,33 @@ class Catalog:
         regions: Iterable[str] | None = None,
         spot: bool = False,
         min_gpus: int | None = None,
+        *,
+        cpu_arch: str | None = None,
     ) -> list[Offer]:
         """Offers matching every given filter, cheapest per GPU-hour first (unpriced last).
 
         ``accelerator`` is a name (``A100-80GB``) or a part (``H100-SXM``), any case;
         ``regions`` are exact names or fnmatch patterns (``eu-*``); ``spot`` keeps offers with a
-        spot price and sorts by it; ``min_gpus`` is the least GPUs per node.
+        spot price and sorts by it; ``min_gpus`` is the least GPUs per node; ``cpu_arch``
+        (``x86_64``, ``arm64``; None or ``any``: all) the host CPU architecture.
         """
-        index = np.flatnonzero(self.mask(accelerator, providers, regions, spot, min_gpus))
+        keep = self.mask(accelerator, providers, regions, spot, min_gpus, cpu_arch=cpu_arch)
+        index = np.flatnonzero(keep)
         prices = self.offers.price_spot if spot else self.offers.price_on_demand
         per_gpu = prices[index] / self.offers.gpu_count[index]
         order = np.lexsort((self.offers.instance_type[index], np.nan_to_num(per_gpu, nan=np.inf)))
         return [self.offers.row(int(i)) for i in index[order]]
 
     def gpu_summary(
-        self, providers: Iterable[str] | None = None, regions: Iterable[str] | None = None
+        self,
+        providers: Iterable[str] | None = None,
+        regions: Iterable[str] | None = None,
+        cpu_arch: str | None = None,
     ) -> list[GpuSummary]:
         """Per accelerator name: cheapest on-demand and spot price per GPU-hour, providers,
-        memory, and dollars per dense BF16 TFLOP-hour; sorted by name."""
-        base = self.mask(providers=providers, regions=regions)
+        memory, and dollars per dense BF16 TFLOP-hour; sorted by name. ``cpu_arch`` as in
+        :meth:`query`."""
+        base = self.mask(providers=providers, regions=regions, cpu_arch=cpu_arch)
         o = self.offers
         out = []
         for name in sorted(set(o.accelerator[base].tolist())):

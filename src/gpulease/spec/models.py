@@ -39,6 +39,7 @@ from gpulease.spec.accelerators import (
     parse_accelerators,
 )
 from gpulease.spec.fields import (
+    CpuArchChoice,
     EnvVars,
     ExcludedProviders,
     JsonMapping,
@@ -228,6 +229,8 @@ class Resources(_Model):
     """Memory per node in GB: 64, 64+ or 64GB+."""
     disk: MinimumAmount | None = None  # GB
     """Disk per node in GB: 256, 256+ or 1TB."""
+    cpu_arch: CpuArchChoice = "x86_64"
+    """Host CPU architecture: x86_64 (the default), arm64 (Graviton, Grace) or any."""
     use_spot: SpotChoice = False
     """true (spot only), false (on-demand only) or auto (the optimizer chooses)."""
     providers: ProviderNames | None = None
