@@ -152,7 +152,7 @@ def test_the_snapshot_marks_graviton_and_grace_hosts() -> None:
     o = Catalog.load(bundled_only=True).offers
     assert set(o.cpu_arch.tolist()) == {"x86_64", "arm64"}
     arm = set(o.instance_type[o.cpu_arch == "arm64"].tolist())
-    assert arm == {"g5g.xlarge", "g5g.16xlarge", "gpu_1x_gh200"}
+    assert arm == {"g5g.xlarge", "g5g.16xlarge", "gpu_1x_gh200", "BM.GPU.GB200.4"}  # Grace
     header = (Path(__file__).parents[2] / "src/gpulease/catalog/data/offers.csv").open().readline()
     assert "cpu_arch" in header.split(",")  # the snapshot states it, not derived at load time
 

@@ -17,6 +17,11 @@ def test_gpus_lists_every_accelerator_with_its_cheapest_price(cli: Cli) -> None:
     assert {"H100", "A100", "A100-80GB", "T4", "L4", "V100"} <= names
     prices = [g["price_per_gpu"] for g in data["gpus"]]
     assert prices == sorted(prices)
+    # H100 is the SXM part: its memory and TFLOPS are the SXM's; the NVL board has its own row
+    rows = {g["accelerator"]: g for g in data["gpus"]}
+    h100, nvl = rows["H100"], rows["H100-NVL"]
+    assert (h100["parts"], h100["gpu_memory_gb"], h100["tflops_16bit"]) == (["H100-SXM"], 80, 989.4)
+    assert (nvl["parts"], nvl["gpu_memory_gb"], nvl["tflops_16bit"]) == (["H100-NVL"], 94, 835.5)
 
 
 def test_gpus_name_lists_offers_of_that_gpu(cli: Cli) -> None:

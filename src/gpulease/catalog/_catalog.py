@@ -53,6 +53,18 @@ def _freeze(table: OfferTable) -> OfferTable:
     return table
 
 
+def _named_by_part(offers: OfferTable, specs: Mapping[str, AcceleratorSpec]) -> OfferTable:
+    """``offers`` with each row's accelerator name taken from its part's spec, so that a file
+    written under older names (``H100`` for an NVL part) reads as today's (``H100-NVL``)."""
+    uniques, inverse = offers.codes("part")
+    names = np.array([specs[str(part)].name for part in uniques], dtype=np.str_)
+    wanted = names[inverse] if len(offers) else offers.accelerator
+    if np.array_equal(wanted, offers.accelerator):
+        return offers
+    table = OfferTable.from_columns({**offers.column_dict(), "accelerator": wanted}, offers.extra)
+    return _freeze(table) if not offers.accelerator.flags.writeable else table
+
+
 def _cheapest(per_gpu: npt.NDArray[np.float64]) -> int | None:
     if per_gpu.size == 0 or bool(np.all(np.isnan(per_gpu))):
         return None
@@ -74,7 +86,7 @@ class Catalog:
             raise CatalogError(
                 f"{source}: offers name unknown accelerator parts: {', '.join(unknown)}"
             )
-        self.offers = offers
+        self.offers = _named_by_part(offers, accelerators)
         self.accelerators = accelerators
         self.source = source
         self.as_of = self._newest_as_of()
