@@ -13,7 +13,8 @@ It writes:
 
 - ``aws_spot_advisor.csv``: (region, instance type) → Spot Advisor band, GPU families only;
 - ``offers.csv``: every extract and supplement row converted by
-  :mod:`gpulease.catalog._skypilot` (the same code ``gpulease catalog import-skypilot`` runs),
+  :mod:`gpulease.catalog._skypilot` (the same code ``gpulease catalog import-skypilot`` runs;
+  ``cpu_arch`` from the extract's ``Arch`` column, else the name rule of ``catalog/_arch.py``),
   deduplicated by (provider, region, zone, instance type); the Lambda extract keeps one row per
   instance type, so each is repeated for the 17 regions Lambda lists at the same price;
 - ``regions.csv``: ``data/upstream/regions.base.csv`` plus the countries RunPod and Vast state

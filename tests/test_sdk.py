@@ -3,6 +3,7 @@ work end to end."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import gpulease
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune-7b.yaml"
+DEEPSEEK_V3 = EXAMPLE.with_name("pretrain-deepseek-v3.yaml")
 
 
 def test_public_surface_is_curated() -> None:
@@ -19,6 +21,7 @@ def test_public_surface_is_curated() -> None:
         "PlanResult",
         "Task",
         "__version__",
+        "estimate",
         "load_task",
         "plan",
         "plan_all",
@@ -49,3 +52,16 @@ def test_catalog_is_reachable_from_the_sdk() -> None:
     catalog = gpulease.Catalog.load(bundled_only=True)
     assert len(catalog.offers) > 300
     assert catalog.spec_for("H100-SXM").peak_tflops("bf16") > 900
+
+
+def test_estimate_answers_for_hardware_the_user_names() -> None:
+    # "How long would DeepSeek-V3-size pretraining take on 2,048 H800?" (no H800 offer needed)
+    answer = gpulease.estimate(DEEPSEEK_V3, gpus="H800:8", nodes=256)
+    assert answer.fits and answer.gpus == 2048 and answer.part == "H800-SXM"
+    assert answer.hours is not None and 40 * 24 < answer.hours.expected < 75 * 24
+    task = gpulease.load_task(DEEPSEEK_V3)
+    too_small = gpulease.estimate(task, gpus="H100:8", nodes=2)
+    assert not too_small.fits and "needs ≥" in too_small.notes[0]
+    importlib.import_module("gpulease.estimate.moe")  # still callable once imported by name
+    assert gpulease.estimate is sys.modules["gpulease.estimate"]
+    assert gpulease.estimate(task.workload, "H800:8", 256).hours == answer.hours

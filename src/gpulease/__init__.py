@@ -6,6 +6,7 @@ The SDK surface is kept small and lazy (importing ``gpulease`` loads nothing hea
     task = gpulease.load_task("examples/finetune-7b.yaml")
     plans = gpulease.plan(task)
     catalog = gpulease.Catalog.load()
+    answer = gpulease.estimate(task, gpus="H800:8", nodes=256)   # hardware you name
 """
 
 from __future__ import annotations
@@ -14,15 +15,28 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Catalog", "Plan", "PlanResult", "Task", "__version__", "load_task", "plan", "plan_all"]
+__all__ = [
+    "Catalog",
+    "Plan",
+    "PlanResult",
+    "Task",
+    "__version__",
+    "estimate",
+    "load_task",
+    "plan",
+    "plan_all",
+]
 
 if TYPE_CHECKING:
+    # at run time `gpulease.estimate` is the estimate package, which is callable as this
     from gpulease.catalog import Catalog
+    from gpulease.estimate.hardware import estimate_hardware as estimate
     from gpulease.optimizer import Plan, PlanResult, plan, plan_all
     from gpulease.spec import Task, load_task
 
 _LAZY = {
     "Catalog": "gpulease.catalog",
+    "estimate": "gpulease.estimate",  # the package itself, which is callable
     "Plan": "gpulease.optimizer",
     "PlanResult": "gpulease.optimizer",
     "plan": "gpulease.optimizer",
@@ -38,4 +52,5 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'gpulease' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    return loaded if module == f"{__name__}.{name}" else getattr(loaded, name)

@@ -280,6 +280,10 @@ def test_update_against_moto_merges_spot_prices_and_facts(
         assert int((o.provider == name).sum()) == int((bundled.offers.provider == name).sum())
     assert len(_aws_rows(catalog, "us-west-2")) == len(_aws_rows(bundled, "us-west-2"))
     assert "aws" in cache_info()["providers_refreshed"]  # type: ignore[index]
+    # the host CPU from ProcessorInfo: Graviton g5g is arm64, p4d x86_64; the schema is recorded
+    archs = {(r.instance_type, r.cpu_arch) for r in fresh if r.source == "aws-api"}
+    assert ("p4d.24xlarge", "x86_64") in archs and ("g5g.xlarge", "arm64") in archs, archs
+    assert cache_info()["offers_schema"] == 2  # type: ignore[index]
 
 
 def test_update_with_spot_advisor_served_locally_updates_bands(

@@ -25,9 +25,12 @@ def _per_gpu(offers: list[Offer], spot: bool = False) -> list[float]:
 def test_query_by_name_part_or_alias(catalog: Catalog) -> None:
     by_name = catalog.query("H100")
     assert by_name and {o.accelerator for o in by_name} == {"H100"}
-    assert {o.part for o in by_name} >= {"H100-SXM", "H100-NVL"}
+    assert {o.part for o in by_name} == {"H100-SXM"}  # the NVL board is not an H100
     by_part = catalog.query("h100-nvl")
-    assert by_part and {o.part for o in by_part} == {"H100-NVL"}
+    assert by_part and {(o.accelerator, o.part) for o in by_part} == {("H100-NVL", "H100-NVL")}
+    assert [o.instance_type for o in catalog.query("H100 NVL")] == [
+        o.instance_type for o in by_part
+    ]
     assert len(catalog.query("a100_80gb")) == len(catalog.query("A100-80GB")) > 0
     assert catalog.query("no-such-gpu") == []
 

@@ -192,7 +192,9 @@ def test_import_skypilot_handles_the_upstream_quirks(skypilot_dir: Path) -> None
     lam = _rows(catalog, "gpu_8x_h100_sxm5")
     assert len(lam) == 2 and {str(o.fabric[i]) for i in lam} == {"infiniband"}
     skipped = json.loads((path.parent / "meta.json").read_text())["skipped"]
-    assert skipped["unknown accelerator: RTX4090"] == 1
+    assert not any("RTX4090" in reason for reason in skipped)  # consumer cards have specs now
+    rtx = _rows(catalog, "1x_RTX4090_COMMUNITY")[0]
+    assert (o.accelerator[rtx], o.part[rtx]) == ("RTX4090", "RTX-4090")
     assert skipped["unknown accelerator: RTX PRO Server 6000"] == 1
     assert skipped["promotional price: Standard_NC24ads_A100_v4_Promo"] == 1
     assert skipped["retired accelerator: K80"] == 1

@@ -17,6 +17,11 @@ def test_gpus_lists_every_accelerator_with_its_cheapest_price(cli: Cli) -> None:
     assert {"H100", "A100", "A100-80GB", "T4", "L4", "V100"} <= names
     prices = [g["price_per_gpu"] for g in data["gpus"]]
     assert prices == sorted(prices)
+    # H100 is the SXM part: its memory and TFLOPS are the SXM's; the NVL board has its own row
+    rows = {g["accelerator"]: g for g in data["gpus"]}
+    h100, nvl = rows["H100"], rows["H100-NVL"]
+    assert (h100["parts"], h100["gpu_memory_gb"], h100["tflops_16bit"]) == (["H100-SXM"], 80, 989.4)
+    assert (nvl["parts"], nvl["gpu_memory_gb"], nvl["tflops_16bit"]) == (["H100-NVL"], 94, 835.5)
 
 
 def test_gpus_name_lists_offers_of_that_gpu(cli: Cli) -> None:
@@ -40,8 +45,30 @@ def test_gpus_table(cli: Cli) -> None:
     assert "H100" in out and "$/PFLOP-h" in out
 
 
+def test_gpus_t4_never_ranks_an_arm64_host_first_unless_asked(cli: Cli) -> None:
+    data = json.loads(cli("gpus", "T4", "--json", check=True).stdout)
+    assert data["cpu_arch"] == "x86_64" and data["offers_other_cpu_arch"] == {"arm64": 2}
+    assert data["offers"][0]["cpu_arch"] == "x86_64"
+    assert {o["cpu_arch"] for o in data["offers"]} == {"x86_64"}
+    assert not any(o["instance_type"].startswith("g5g.") for o in data["offers"])
+    data = json.loads(cli("gpus", "T4", "--cpu-arch", "any", "--json", check=True).stdout)
+    first = data["offers"][0]
+    assert (first["instance_type"], first["cpu_arch"]) == ("g5g.xlarge", "arm64")
+    assert data["offers_other_cpu_arch"] == {}
+
+
+def test_gpus_table_shows_the_arch_the_zone_of_zone_only_twins_and_what_it_hid(cli: Cli) -> None:
+    out = cli("gpus", "T4", "--limit", "8", check=True).stdout
+    assert "arch" in out and "x86_64" in out and "g5g" not in out
+    # two g4dn.xlarge rows in us-east-1 differ only by zone: each shows its zone
+    assert "us-east-1 (use1-az1)" in out and "us-east-1 (use1-az2)" in out
+    assert "us-east-2 " in out  # a region with one such row keeps the plain region
+    assert "2 offer(s) on other host CPUs not shown (arm64: 2)" in out
+    assert "--cpu-arch arm64 or any" in out
+
+
 def test_gpus_bad_input_exits_2(cli: Cli) -> None:
-    for args in (["gpus", "H1000"], ["gpus", "--sort", "speed"]):
+    for args in (["gpus", "H1000"], ["gpus", "--sort", "speed"], ["gpus", "--cpu-arch", "mips"]):
         out = cli(*args)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
 

@@ -71,6 +71,18 @@ def test_objective_fastest_is_faster_than_cheapest(cli: Cli) -> None:
     )
 
 
+def test_plan_on_a_t4_task_picks_an_x86_64_host_and_lists_the_arm64_rejection(
+    cli: Cli, tmp_path: Path
+) -> None:
+    task = tmp_path / "t4.yaml"
+    task.write_text("name: t4\nresources:\n  accelerators: T4:1\nrun: nvidia-smi\n")
+    data = json.loads(cli("plan", str(task), "--json", check=True).stdout)
+    assert data["plans"] and {p["cpu_arch"] for p in data["plans"]} == {"x86_64"}
+    assert data["plans"][0]["instance_type"] != "g5g.xlarge"
+    arm = [r for r in data["rejected"] if r["reason"].startswith("host CPU arm64")]
+    assert arm and "g5g.xlarge" in arm[0]["reason"] and "cpu_arch" in arm[0]["reason"]
+
+
 def test_bad_task_names_field_and_line_with_exit_2(cli: Cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nresources:\n  accelerators: A100:eight\n", encoding="utf-8")

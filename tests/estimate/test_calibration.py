@@ -10,11 +10,15 @@ from gpulease.estimate import calibration_report
 from gpulease.estimate.calibration import (
     INSIDE_RANGE_SHARE,
     MEDIAN_ERROR_LIMIT,
+    MOE_TOLERANCE,
     TOLERANCE,
     WITHIN_TOLERANCE_SHARE,
+    heldout_report,
     markdown_table,
     summarise,
 )
+from gpulease.estimate.calibration_data import RUNS
+from gpulease.estimate.heldout_data import HELD_OUT
 from gpulease.estimate.mfu import GENERATIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "estimate.md"
@@ -54,10 +58,32 @@ def test_the_largest_runs_are_within_tolerance(rows, run):
     assert row.inside_range
 
 
+@pytest.mark.parametrize("run", ["DeepSeek-V2 (MoE)", "DeepSeek-V3 (MoE, fp8)"])
+def test_the_moe_calibration_runs_are_within_their_tolerance(rows, run):
+    row = next(row for row in rows if row.run == run)
+    assert abs(row.error) <= MOE_TOLERANCE
+    assert row.inside_range
+
+
+def test_only_deepseek_calibrates_the_moe_factor():
+    moe = [run.run for run in RUNS if run.active_params is not None]
+    assert moe == ["DeepSeek-V2 (MoE)", "DeepSeek-V3 (MoE, fp8)"]
+    assert {run.run for run in HELD_OUT}.isdisjoint(run.run for run in RUNS)
+    assert all(run.active_params is not None for run in HELD_OUT)
+
+
+def test_held_out_moe_runs_are_estimated_and_reported():
+    held_out = heldout_report()
+    assert len(held_out) >= 3
+    assert all(row.source and row.published_gpu_hours > 0 for row in held_out)
+    assert "Llama 4 Maverick (MoE)" in {row.run for row in held_out}
+
+
 def test_docs_carry_the_same_table(rows):
-    assert markdown_table(rows) in DOC.read_text(encoding="utf-8"), (
-        "docs/estimate.md is out of date: paste `python -m gpulease.estimate`"
-    )
+    text = DOC.read_text(encoding="utf-8")
+    hint = "docs/estimate.md is out of date: paste `python -m gpulease.estimate`"
+    assert markdown_table(rows) in text, hint
+    assert markdown_table(heldout_report(), held_out=True) in text, hint
 
 
 def test_docs_carry_the_utilisation_table():

@@ -18,12 +18,23 @@ PARTS = [
               form_factor="PCIe"),
 ]  # fmt: skip
 
+
+def _model(params: float, moe: tuple[float, int | None] | None) -> ModelSpec:
+    if moe is None:
+        return ModelSpec(params=params)
+    share, experts = moe  # a mixture of experts with share × params active
+    return ModelSpec(params=params, active_params=share * params, experts=experts)
+
+
+mixtures = st.none() | st.tuples(st.floats(0.02, 0.9), st.none() | st.sampled_from([8, 64, 256]))
+
 workloads = st.builds(
-    lambda params, tokens, seq_len, batch, precision, sharding: Workload(
-        model=ModelSpec(params=params), tokens=tokens, seq_len=seq_len, global_batch=batch,
+    lambda params, moe, tokens, seq_len, batch, precision, sharding: Workload(
+        model=_model(params, moe), tokens=tokens, seq_len=seq_len, global_batch=batch,
         precision=precision, sharding=sharding,
     ),
     st.floats(1e7, 5e11),
+    mixtures,
     st.floats(1e8, 1e13),
     st.none() | st.sampled_from([512, 2048, 8192, 32768]),
     st.none() | st.integers(1, 4096),

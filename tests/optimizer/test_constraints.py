@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
 
 from gpulease.catalog import Catalog
+from gpulease.catalog.types import OfferTable
+from gpulease.providers.local import LocalProvider
 from tests.optimizer.conftest import PRETRAIN, run_plan
 
 
@@ -151,3 +155,60 @@ def test_nothing_feasible_says_why(small_catalog: Catalog) -> None:
     assert not result.plans and result.rejected
     assert any("no feasible plan" in n for n in result.notes)
     _accounted(result)
+
+
+@pytest.fixture(scope="module")
+def bundled() -> Catalog:
+    return Catalog.load(bundled_only=True)
+
+
+def test_a_t4_task_gets_an_x86_64_host_and_hears_why_not_the_cheaper_arm64_one(
+    bundled: Catalog,
+) -> None:
+    result = run_plan(bundled, top=50, resources={"accelerators": "T4"})
+    assert result.plans and all(p.cpu_arch == "x86_64" for p in result.plans)
+    assert "g5g" not in " ".join(p.instance_type for p in result.plans)
+    arm = [r for r in result.rejected if r.reason.startswith("host CPU arm64")]
+    assert len(arm) == 1 and arm[0].offers == 2, _reasons(result)
+    assert "the task asks x86_64: g5g.16xlarge, g5g.xlarge" in arm[0].reason
+    assert "resources.cpu_arch: arm64 or any" in arm[0].reason
+    _accounted(result)
+
+
+@pytest.mark.parametrize(
+    ("cpu_arch", "first"), [("any", "g5g.xlarge"), ("arm64", "g5g.xlarge"), ("amd64", None)]
+)
+def test_cpu_arch_any_or_arm64_lets_graviton_in(
+    bundled: Catalog, cpu_arch: str, first: str | None
+) -> None:
+    result = run_plan(bundled, top=50, resources={"accelerators": "T4:1", "cpu_arch": cpu_arch})
+    if first is None:  # amd64 is read as x86_64
+        assert {p.cpu_arch for p in result.plans} == {"x86_64"}
+        return
+    assert result.plans[0].instance_type == first and result.plans[0].cpu_arch == "arm64"
+    assert "arm64 host" in result.plans[0].reasons[1]
+    if cpu_arch == "arm64":
+        assert {p.cpu_arch for p in result.plans} == {"arm64"}
+        assert "host CPU x86_64, the task asks arm64" in _reasons(result)
+    else:
+        assert not any(r.reason.startswith("host CPU") for r in result.rejected)
+    _accounted(result)
+
+
+def test_this_machine_runs_a_default_task_whatever_its_cpu(
+    bundled: Catalog, tmp_path: Path
+) -> None:
+    """The local provider's offers are this machine (here made arm64, like an arm64 laptop): a
+    task with the default cpu_arch still plans on it; asking for x86_64-only clouds is what
+    the default does elsewhere, and asking for arm64 leaves x86_64 machines out."""
+    sold = LocalProvider(tmp_path).offers(bundled)
+    columns = sold.table.column_dict()
+    columns["cpu_arch"] = numpy.full(len(sold.table), "arm64")
+    catalog = bundled.with_offers(OfferTable.from_columns(columns), label="local", specs=sold.specs)
+    result = run_plan(catalog, resources={"providers": ["local"]})
+    assert result.plans and result.plans[0].provider == "local"
+    assert result.plans[0].cpu_arch == "arm64"
+    x86_local = bundled.with_offers(sold.table, label="local", specs=sold.specs)
+    asked_arm = run_plan(x86_local, resources={"providers": ["local"], "cpu_arch": "arm64"})
+    if set(sold.table.cpu_arch.tolist()) == {"x86_64"}:
+        assert not asked_arm.plans

@@ -5,6 +5,7 @@ merged by ``runtime_catalog`` into the catalog both the server and ``gpulease pl
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy
 import pytest
 
 from gpulease.catalog import Catalog
-from gpulease.catalog.runtime import LOCAL_CPU_PART
+from gpulease.catalog.runtime import LOCAL_CPU_PART, host_cpu_arch
 from gpulease.errors import UserInputError
 from gpulease.providers.local import LocalProvider
 from gpulease.providers.registry import SELLERS, build_providers, runtime_catalog
@@ -39,6 +40,7 @@ def test_the_local_machine_sells_a_cpu_shape_and_power_of_two_gpu_counts(
     sold = LocalProvider(tmp_path / "b", gpus=6, accelerator="A100").offers(catalog).table
     assert sold.gpu_count.tolist() == [0, 1, 2, 4]
     assert set(sold.price_on_demand.tolist()) == {0.0} and set(sold.region.tolist()) == {"local"}
+    assert set(sold.cpu_arch.tolist()) == {host_cpu_arch(platform.machine())}  # this machine
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # asking writes nothing
 
 
@@ -68,7 +70,7 @@ def test_slurm_offers_follow_partitions_states_and_the_rate(catalog: Catalog) ->
             return [
                 NodeInfo("n1", "gpu", "10.0.0.1", "idle", 8, "a100", 64, 512000),
                 NodeInfo("n2", "gpu", "10.0.0.2", "down*", 8, "a100", 64, 512000),
-                NodeInfo("n3", "debug", "10.0.0.3", "mixed", 2, None, 8, 32000),
+                NodeInfo("n3", "debug", "10.0.0.3", "mixed", 2, None, 8, 32000, arch="aarch64"),
             ]
 
     settings = SlurmSettings.from_mapping({"price_per_gpu_hour": 2.0, "partitions": ["gpu"]})
@@ -80,6 +82,9 @@ def test_slurm_offers_follow_partitions_states_and_the_rate(catalog: Catalog) ->
     assert ("debug", 2) in set(
         zip(everything.zone.tolist(), everything.gpu_count.tolist(), strict=True)
     )
+    # the node's CPU where the backend says (slurmrestd), else x86_64 — not this machine's
+    arch = dict(zip(everything.zone.tolist(), everything.cpu_arch.tolist(), strict=False))
+    assert arch == {"gpu": "x86_64", "debug": "arm64"}
 
 
 def test_a_slurm_cluster_that_does_not_answer_sells_nothing_at_once(

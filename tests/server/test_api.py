@@ -162,3 +162,38 @@ def test_logs_of_a_cluster_without_nodes_are_empty_with_its_status(http: TestCli
     assert response.content == b""
     assert response.headers["X-Gpulease-Cluster-Status"] == "pending"
     assert response.headers["X-Gpulease-Log-Complete"] == "false"
+
+
+@pytest.mark.parametrize(("cpu_arch", "yardstick"), [(None, 0.526), ("any", 0.42)])
+def test_a_jobs_on_demand_yardstick_is_an_offer_the_task_can_run_on(
+    engine: Engine, tmp_path: Path, cpu_arch: str | None, yardstick: float
+) -> None:
+    """The job report's "on-demand would have cost" price comes from the on-demand targets the
+    optimizer kept: for a T4 task, the cheapest x86_64 host (g4dn.xlarge at $0.526/h), not the
+    arm64 g5g.xlarge at $0.42/h — unless the task allows arm64."""
+    from gpulease.controller.job_document import JobDocument
+    from gpulease.controller.job_loop import JobReconciler
+    from gpulease.providers.sim import SimProvider
+    from gpulease.server.jobs import JobService
+    from gpulease.state import Job
+
+    sim = SimProvider.from_config({}, tmp_path / "sim")
+    clock = VirtualClock()
+    service = ClusterService(engine, {"sim": sim}, FakeAgents(), clock=clock, owner="gl-test")
+    loop = JobReconciler(engine, {"sim": sim}, FakeAgents(), clock=clock, owner="gl-test")
+    client = TestClient(
+        create_app(service, SecretStr(TOKEN), jobs=JobService(engine, service, loop))
+    )
+    client.headers["Authorization"] = f"Bearer {TOKEN}"
+    resources = {"accelerators": "T4:1", "providers": ["sim"], "use_spot": "auto"}
+    if cpu_arch:
+        resources["cpu_arch"] = cpu_arch
+    task = {"name": "t4", "resources": resources, "run": "true"}
+    view = client.post("/v1/jobs", json={"task": task, "name": "t4"}).json()
+    assert view["cost"]["on_demand_price_per_hour"] == pytest.approx(yardstick), view
+    with session_scope(engine) as session:
+        row = session.get(Job, view["id"])
+        assert row is not None
+        doc = JobDocument.from_json(row.task)
+    kinds = {t.instance_type for t in (*doc.on_demand, *doc.spot)}
+    assert ("g5g.xlarge" in kinds) is (cpu_arch == "any"), kinds

@@ -23,6 +23,15 @@ def test_the_token_and_key_are_made_once_and_private(tmp_path: Path) -> None:
     assert sorted(p.name for p in home.iterdir()) == sorted([TOKEN_FILE, KEY_FILE])
 
 
+def test_a_key_that_begins_or_ends_with_whitespace_bytes_is_read_whole(tmp_path: Path) -> None:
+    """The key is 32 random bytes: about one in twenty begins or ends with a byte such as
+    ``\\n`` or ``\\x0b``, and reading it must keep them (stripping once cost CI a flaky run)."""
+    raw = b"\n\x0b" + bytes(range(100, 128)) + b" \t"
+    (tmp_path / KEY_FILE).write_bytes(raw)
+    (tmp_path / KEY_FILE).chmod(0o600)
+    assert server_key(tmp_path) == raw
+
+
 def test_racing_creators_agree_on_one_token(tmp_path: Path) -> None:
     """Every creator writes its own temp and links it in only if there is no file yet: all of
     them then read the one that won, and no temp is left."""

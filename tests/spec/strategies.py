@@ -77,6 +77,7 @@ resources = st.builds(
     cpus=st.one_of(st.none(), minimums),
     memory=st.one_of(st.none(), minimums),
     disk=st.one_of(st.none(), minimums),
+    cpu_arch=st.sampled_from(["x86_64", "arm64", "any"]),
     use_spot=st.sampled_from([True, False, "auto"]),
     providers=st.one_of(st.none(), st.lists(st.sampled_from(["aws", "sim", "local"]), min_size=1)),
     regions=st.one_of(st.none(), st.lists(_NAME, min_size=1, max_size=3)),
@@ -88,7 +89,7 @@ resources = st.builds(
     provider_config=st.dictionaries(_NAME, json_values, max_size=2),
 )
 
-models = st.builds(
+dense_models = st.builds(
     ModelSpec,
     params=counts,
     arch=st.just("transformer"),
@@ -97,6 +98,26 @@ models = st.builds(
     heads=st.one_of(st.none(), st.just(64)),
     kv_heads=st.one_of(st.none(), st.sampled_from([1, 8, 64])),
 )
+
+
+@st.composite
+def moe_models(draw: st.DrawFn) -> ModelSpec:
+    """A valid mixture of experts: active ≤ params, experts_per_token ≤ experts."""
+    params = draw(counts)
+    active = params * draw(st.floats(min_value=1e-3, max_value=1.0))
+    experts = draw(st.one_of(st.none(), whole(512)))
+    per_token = draw(st.one_of(st.none(), whole(experts or 16)))
+    layers = draw(st.one_of(st.none(), whole(200)))
+    return ModelSpec(
+        params=params,
+        active_params=max(active, 1e-6),
+        experts=experts,
+        experts_per_token=per_token,
+        layers=layers,
+    )
+
+
+models = st.one_of(dense_models, moe_models())
 
 workloads = st.builds(
     Workload,

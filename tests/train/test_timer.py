@@ -104,7 +104,9 @@ def test_dense_peak_per_precision(accelerator: str, precision: str, peak: float 
         ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
         ("AMD Instinct MI300X", "MI300X"),
         ("AMD Instinct MI250X/MI250", "MI250X"),
-        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA H800", "H800-SXM"),
+        ("NVIDIA GeForce RTX 3090", None),
     ],
 )
 def test_device_names_resolve_to_catalog_parts(device_name: str, part: str | None) -> None:
@@ -119,8 +121,8 @@ def test_memory_refines_a_bare_name() -> None:
 
 
 def test_bad_arguments_are_named() -> None:
-    with pytest.raises(UserInputError, match=r"accelerator='RTX4090' is not in the catalog"):
-        throughput(seconds=1.0, accelerator="RTX4090")
+    with pytest.raises(UserInputError, match=r"accelerator='RTX3090' is not in the catalog"):
+        throughput(seconds=1.0, accelerator="RTX3090")
     with pytest.raises(UserInputError, match=r"precision='int4'"):
         throughput(seconds=1.0, precision="int4")
     with pytest.raises(UserInputError, match=r"seconds=0"):

@@ -2,10 +2,12 @@
 
 Per region, with its own EC2 client (``AWS_ENDPOINT_URL`` is honoured by boto3):
 
-- ``DescribeInstanceTypes`` (paginated): vCPUs, memory (MiB → GB) and ``GpuInfo`` (GPU name,
-  count, memory per GPU) of every GPU type. They fill vCPUs/RAM of the offers; GPU count and
-  memory come from them unless ``instance_types.csv`` (the curated authority) has the type, and a
-  disagreement is counted in ``meta.json``. A GPU type the catalog lacks is added when its GPU
+- ``DescribeInstanceTypes`` (paginated): vCPUs, memory (MiB → GB), ``GpuInfo`` (GPU name,
+  count, memory per GPU) and ``ProcessorInfo.SupportedArchitectures`` (→ ``cpu_arch``: arm64
+  when it lists ``arm64``, x86_64 when it lists ``x86_64``) of every GPU type. They fill
+  vCPUs/RAM/architecture of the offers; GPU count and memory come from them unless
+  ``instance_types.csv`` (the curated authority) has the type, and a disagreement is counted in
+  ``meta.json``. A GPU type the catalog lacks is added when its GPU
   resolves to a known accelerator (:func:`gpulease.catalog._names.resolve`).
 - ``DescribeSpotPriceHistory`` (``Linux/UNIX``, ``StartTime`` now, paginated) for those types:
   the newest price per (instance type, availability zone) becomes that zone's offer (zone names
@@ -82,6 +84,17 @@ class InstanceInfo:
     gpu_manufacturer: str
     gpu_count: int
     gpu_memory_gb: float  # per GPU
+    cpu_arch: str = ""  # "x86_64" | "arm64" | "" (not stated)
+
+
+def processor_arch(item: Mapping[str, Any]) -> str:
+    """``arm64``/``x86_64`` from ``ProcessorInfo.SupportedArchitectures`` ("" when absent);
+    ``x86_64_mac``/``arm64_mac`` (Mac hosts) count as their CPU."""
+    listed = (item.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []
+    names = {str(a).removesuffix("_mac") for a in listed}
+    if "arm64" in names:
+        return "arm64"
+    return "x86_64" if "x86_64" in names else ""
 
 
 @dataclass
@@ -134,6 +147,7 @@ def instance_info(item: Mapping[str, Any]) -> InstanceInfo | None:
         gpu_manufacturer=str(gpu.get("Manufacturer", "")),
         gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
         gpu_memory_gb=float(memory_mib) / 1024 if memory_mib else math.nan,
+        cpu_arch=processor_arch(item),
     )
 
 

@@ -7,8 +7,9 @@ For each queried region the AWS rows are rebuilt:
   for a type the catalog lacks there, from ``instance_types.csv`` / DescribeInstanceTypes with no
   on-demand price); a spot price at or above on-demand is no spot quote (NaN), as in the snapshot;
 - an existing type without quotes keeps its rows, refreshed with the instance facts and bands;
-- vCPUs and RAM come from DescribeInstanceTypes; GPU count and memory too, unless
-  ``instance_types.csv`` has the type (the curated authority): disagreements are counted;
+- vCPUs, RAM and the host CPU architecture come from DescribeInstanceTypes; GPU count and memory
+  too, unless ``instance_types.csv`` has the type (the curated authority): disagreements are
+  counted;
 - the band is the Spot Advisor's when given, else the row's own.
 
 Rows built or refreshed here carry ``source = "aws-api"`` and ``as_of`` = the update date; rows of
@@ -51,6 +52,8 @@ def _apply_facts(row: Row, info: InstanceInfo | None, stats: Counter[str]) -> No
     if info is None:
         return
     row["vcpus"], row["ram_gb"] = info.vcpus, info.ram_gb
+    if info.cpu_arch:
+        row["cpu_arch"] = info.cpu_arch
     curated = instance_facts().get((PROVIDER, str(row["instance_type"])))
     if curated is None:
         row["gpu_count"] = info.gpu_count
@@ -88,7 +91,7 @@ def _new_template(region: str, info: InstanceInfo | None, instance_type: str) ->
         provider=PROVIDER, region=region, zone="", instance_type=instance_type,
         resolved=resolved, gpu_count=count, vcpus=info.vcpus if info else None,
         ram_gb=info.ram_gb if info else None, on_demand=math.nan, spot=math.nan,
-        as_of="", source=SOURCE, memory_gb=memory,
+        as_of="", source=SOURCE, memory_gb=memory, cpu_arch=info.cpu_arch if info else "",
     )  # fmt: skip
 
 

@@ -53,6 +53,18 @@ def _freeze(table: OfferTable) -> OfferTable:
     return table
 
 
+def _named_by_part(offers: OfferTable, specs: Mapping[str, AcceleratorSpec]) -> OfferTable:
+    """``offers`` with each row's accelerator name taken from its part's spec, so that a file
+    written under older names (``H100`` for an NVL part) reads as today's (``H100-NVL``)."""
+    uniques, inverse = offers.codes("part")
+    names = np.array([specs[str(part)].name for part in uniques], dtype=np.str_)
+    wanted = names[inverse] if len(offers) else offers.accelerator
+    if np.array_equal(wanted, offers.accelerator):
+        return offers
+    table = OfferTable.from_columns({**offers.column_dict(), "accelerator": wanted}, offers.extra)
+    return _freeze(table) if not offers.accelerator.flags.writeable else table
+
+
 def _cheapest(per_gpu: npt.NDArray[np.float64]) -> int | None:
     if per_gpu.size == 0 or bool(np.all(np.isnan(per_gpu))):
         return None
@@ -74,7 +86,7 @@ class Catalog:
             raise CatalogError(
                 f"{source}: offers name unknown accelerator parts: {', '.join(unknown)}"
             )
-        self.offers = offers
+        self.offers = _named_by_part(offers, accelerators)
         self.accelerators = accelerators
         self.source = source
         self.as_of = self._newest_as_of()
@@ -201,6 +213,8 @@ class Catalog:
         regions: Iterable[str] | None = None,
         spot: bool = False,
         min_gpus: int | None = None,
+        *,
+        cpu_arch: str | None = None,
     ) -> npt.NDArray[np.bool_]:
         """Which offers match (see :meth:`query`)."""
         o = self.offers
@@ -218,6 +232,8 @@ class Catalog:
             keep &= ~np.isnan(o.price_spot)
         if min_gpus is not None:
             keep &= o.gpu_count >= min_gpus
+        if cpu_arch is not None and cpu_arch != "any":
+            keep &= o.cpu_arch == cpu_arch
         return keep
 
     def _accelerator_mask(self, accelerator: str) -> npt.NDArray[np.bool_]:
@@ -244,25 +260,33 @@ class Catalog:
         regions: Iterable[str] | None = None,
         spot: bool = False,
         min_gpus: int | None = None,
+        *,
+        cpu_arch: str | None = None,
     ) -> list[Offer]:
         """Offers matching every given filter, cheapest per GPU-hour first (unpriced last).
 
         ``accelerator`` is a name (``A100-80GB``) or a part (``H100-SXM``), any case;
         ``regions`` are exact names or fnmatch patterns (``eu-*``); ``spot`` keeps offers with a
-        spot price and sorts by it; ``min_gpus`` is the least GPUs per node.
+        spot price and sorts by it; ``min_gpus`` is the least GPUs per node; ``cpu_arch``
+        (``x86_64``, ``arm64``; None or ``any``: all) the host CPU architecture.
         """
-        index = np.flatnonzero(self.mask(accelerator, providers, regions, spot, min_gpus))
+        keep = self.mask(accelerator, providers, regions, spot, min_gpus, cpu_arch=cpu_arch)
+        index = np.flatnonzero(keep)
         prices = self.offers.price_spot if spot else self.offers.price_on_demand
         per_gpu = prices[index] / self.offers.gpu_count[index]
         order = np.lexsort((self.offers.instance_type[index], np.nan_to_num(per_gpu, nan=np.inf)))
         return [self.offers.row(int(i)) for i in index[order]]
 
     def gpu_summary(
-        self, providers: Iterable[str] | None = None, regions: Iterable[str] | None = None
+        self,
+        providers: Iterable[str] | None = None,
+        regions: Iterable[str] | None = None,
+        cpu_arch: str | None = None,
     ) -> list[GpuSummary]:
         """Per accelerator name: cheapest on-demand and spot price per GPU-hour, providers,
-        memory, and dollars per dense BF16 TFLOP-hour; sorted by name."""
-        base = self.mask(providers=providers, regions=regions)
+        memory, and dollars per dense BF16 TFLOP-hour; sorted by name. ``cpu_arch`` as in
+        :meth:`query`."""
+        base = self.mask(providers=providers, regions=regions, cpu_arch=cpu_arch)
         o = self.offers
         out = []
         for name in sorted(set(o.accelerator[base].tolist())):

@@ -1,7 +1,8 @@
 """Shared by every importer: one upstream offer → one row of our schema.
 
 :func:`offer_row` fills what price lists leave out (part, NVMe, network, fabric from
-``instance_types.csv``; certifications from ``providers.csv``; the AWS Spot Advisor band) and
+``instance_types.csv``; certifications from ``providers.csv``; the AWS Spot Advisor band; the host
+CPU architecture from the source's word and the names, :mod:`gpulease.catalog._arch`) and
 applies the price rules common to all sources:
 
 - an empty, zero or sentinel price (GCP's ``700.0``) is no price (NaN);
@@ -16,6 +17,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpulease.catalog._arch import cpu_arch_of
 from gpulease.catalog._names import RETIRED, Resolved
 from gpulease.catalog._specs import bundled_specs
 from gpulease.catalog._tables import aws_interruption_bands, certifications_of, instance_facts
@@ -69,8 +71,10 @@ def offer_row(
     source: str,
     memory_gb: float | None = None,
     notes: tuple[str, ...] = (),
+    cpu_arch: object = "",
 ) -> dict[str, object]:
-    """One offer in our schema (see the module docstring for the rules applied)."""
+    """One offer in our schema (see the module docstring for the rules applied); ``cpu_arch`` is
+    what the source states ("" when it states nothing)."""
     spec = bundled_specs()[resolved.part]
     facts = instance_facts().get((provider, instance_type))
     notes_list = list(notes)
@@ -96,6 +100,7 @@ def offer_row(
         "gpu_count": gpu_count,
         "gpu_memory_gb": memory,
         "vcpus": _nan_if_none(vcpus),
+        "cpu_arch": cpu_arch_of(provider, instance_type, resolved.part, cpu_arch),
         "ram_gb": _nan_if_none(ram_gb),
         "nvme_gb": facts.nvme_gb if facts else math.nan,
         "network_gbps": facts.network_gbps if facts else math.nan,

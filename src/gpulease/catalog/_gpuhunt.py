@@ -79,7 +79,7 @@ def fetch_live(providers: Iterable[str] | None = None) -> list[Item]:
         found = gpuhunt.query(provider=names)
     except Exception as exc:  # network errors, S3 outages, unknown providers: all one outcome
         raise CatalogError(f"gpuhunt could not fetch its catalog (offline?): {exc}") from None
-    fields = (*_REQUIRED, "cpu", "memory", "gpu_memory")
+    fields = (*_REQUIRED, "cpu", "memory", "gpu_memory", "cpu_arch")
     return [
         (our_provider(str(i.provider)), {f: getattr(i, f, None) for f in fields}) for i in found
     ]
@@ -156,6 +156,7 @@ def convert(items: Iterable[Item], *, as_of: str, source: str) -> Converted:
                 as_of=as_of,
                 source=source,
                 memory_gb=memory,
+                cpu_arch=item.get("cpu_arch") or "",
             )
         )
     return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gpulease.catalog._specs import bundled_specs
 from gpulease.catalog._tables import instance_facts
+from gpulease.catalog.types import AcceleratorSpec
 
 #: Normalised upstream name → canonical accelerator name.
 _ALIASES: dict[str, str] = {
@@ -69,9 +70,39 @@ _ALIASES: dict[str, str] = {
     "RTXA6000": "A6000",
     "RTX6000ADA": "RTX6000-Ada",
     "RTX6000ADAGENERATION": "RTX6000-Ada",
+    # export parts sold in China, and newer ones
+    "H800": "H800",
+    "H800SXM": "H800",
+    "H800SXM5": "H800",
+    "H80080GB": "H800",
+    "H800PCIE": "H800",
+    "H20": "H20",
+    "A800": "A800",
+    "A800SXM4": "A800",
+    "A80080GB": "A800",
+    "A800SXM480GB": "A800",
+    "A800PCIE": "A800",
+    "A800PCIE80GB": "A800",
+    "L20": "L20",
+    "L2048GB": "L20",
+    "GB200": "GB200",
+    "MI325X": "MI325X",
+    "GAUDI3": "Gaudi3",
+    "HL325L": "Gaudi3",
+    "RTX4090": "RTX4090",
+    "GEFORCERTX4090": "RTX4090",
+    "4090": "RTX4090",
+    "RTX5090": "RTX5090",
+    "GEFORCERTX5090": "RTX5090",
+    "5090": "RTX5090",
 }
 
+#: A family name (what :data:`_ALIASES` gives) → its part in each form factor. A part's own
+#: canonical name is its spec's ``name``: ``H100`` is the SXM part, ``H100-PCIe`` and
+#: ``H100-NVL`` are names of their own (``A100`` and ``V100`` keep one name per memory size).
 _SXM = {
+    "H800": "H800-SXM",
+    "A800": "A800-SXM4-80GB",
     "V100": "V100-SXM2-16GB",
     "V100-32GB": "V100-SXM2-32GB",
     "A100": "A100-SXM4-40GB",
@@ -85,6 +116,8 @@ _PCIE = {
     "A100": "A100-PCIe-40GB",
     "A100-80GB": "A100-PCIe-80GB",
     "H100": "H100-PCIe",
+    "H800": "H800-PCIe",
+    "A800": "A800-PCIe-80GB",
     "P100": "P100-PCIe-16GB",
 }
 _NVL = {"H100": "H100-NVL", "H200": "H200-NVL"}
@@ -110,7 +143,8 @@ def normalise(raw: str) -> str:
 
 
 def canonical_name(raw: str, memory_gb: float | None = None) -> str | None:
-    """The canonical accelerator name for an upstream name (None when we have no spec)."""
+    """The family name for an upstream name (None when we have no spec): ``H100 NVL`` →
+    ``H100``, whose form factor :func:`resolve` then decides."""
     name = _ALIASES.get(normalise(raw))
     if name is None or memory_gb is None or math.isnan(memory_gb):
         return name
@@ -147,12 +181,19 @@ def resolve(
     name = canonical_name(raw_name, memory_gb)
     if name is None:
         return None
-    parts = [p for p, s in specs.items() if s.name == name]
+    parts = _family_parts(name, specs)
     if len(parts) == 1:
-        return Resolved(name, parts[0])
+        return Resolved(specs[parts[0]].name, parts[0])
     text = f"{instance_type} {raw_name} {hint}".upper().replace("_", "-")
     part = _form(text, name, memory_gb)
     if part is not None:
-        return Resolved(name, part)
+        return Resolved(specs[part].name, part)
     default = _PROVIDER_DEFAULT.get(provider, {}).get(name) or _DEFAULT.get(name, parts[0])
-    return Resolved(name, default, assumed=True)
+    return Resolved(specs[default].name, default, assumed=True)
+
+
+def _family_parts(family: str, specs: dict[str, AcceleratorSpec]) -> list[str]:
+    """The parts a family name may mean: those named so, and its forms in the tables above."""
+    forms = {table[family] for table in (_SXM, _PCIE, _NVL) if family in table}
+    named = {part for part, spec in specs.items() if spec.name == family}
+    return sorted(p for p in forms | named if p in specs)

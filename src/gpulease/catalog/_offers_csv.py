@@ -3,6 +3,12 @@
 The file has one header row whose names are the :data:`COLUMNS` of :class:`OfferTable` (plus any
 columns we do not read, such as ``notes``). Empty numeric cells are NaN (prices, sizes) or -1
 (``interruption_band``). Writes are atomic (:mod:`gpulease.atomic`).
+
+Schema versions (:data:`OFFERS_SCHEMA`, recorded in the cache's ``meta.json``): 1 = the columns
+up to ``source``; 2 adds ``cpu_arch``. A file without a :data:`DERIVED` column (a cache written
+before it existed), or a row with that cell empty, still loads: the value is derived from the
+row's provider, instance type and part (:func:`gpulease.catalog._arch.cpu_arch_of`). Spellings
+such as ``amd64``/``aarch64`` are read as ``x86_64``/``arm64``.
 """
 
 from __future__ import annotations
@@ -16,9 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from gpulease.atomic import write_atomic
+from gpulease.catalog._arch import cpu_arch_of
 from gpulease.catalog.types import COLUMNS, OfferTable
 from gpulease.errors import CatalogError
 
+#: The version of the column set written (see the module docstring).
+OFFERS_SCHEMA = 2
+#: Columns a file may lack: derived from the others when missing or empty.
+DERIVED = ("cpu_arch",)
 #: Columns written to ``offers.csv`` after the table's own.
 EXTRA_COLUMNS = ("notes",)
 _FLOAT = {name for name, kind in COLUMNS.items() if kind is np.float64}
@@ -57,7 +68,25 @@ def table_from_rows(rows: Iterable[Mapping[str, object]]) -> OfferTable:
             )
         else:
             columns[name] = np.array(["" if v is None else str(v) for v in values], dtype=kind)
+    _derive_cpu_arch(columns)
     return OfferTable.from_columns(columns)
+
+
+def _derive_cpu_arch(columns: dict[str, np.ndarray]) -> None:
+    """Fill ``cpu_arch`` (missing column or empty cells) and normalise its spellings; computed
+    once per distinct (provider, instance type, part, stated value)."""
+    n = len(columns["provider"])
+    stated = columns.get("cpu_arch", np.full(n, "", dtype=np.str_)).astype(np.str_)
+    if n == 0:
+        columns["cpu_arch"] = stated
+        return
+    keys = np.char.add(np.char.add(columns["provider"].astype(np.str_), "\t"),
+                       columns["instance_type"].astype(np.str_))  # fmt: skip
+    keys = np.char.add(np.char.add(keys, "\t"), columns["part"].astype(np.str_))
+    keys = np.char.add(np.char.add(keys, "\t"), stated)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    found = [cpu_arch_of(*str(key).split("\t")) for key in unique]
+    columns["cpu_arch"] = np.array(found, dtype=np.str_)[inverse.reshape(-1)]
 
 
 def read_offers(path: Path) -> OfferTable:
@@ -70,10 +99,10 @@ def read_offers(path: Path) -> OfferTable:
     header = next(reader, None)
     if header is None:
         raise CatalogError(f"{path}: empty offers file")
-    missing = [name for name in COLUMNS if name not in header]
+    missing = [name for name in COLUMNS if name not in header and name not in DERIVED]
     if missing:
         raise CatalogError(f"{path}: not an offers file (missing columns: {', '.join(missing)})")
-    index = {name: header.index(name) for name in COLUMNS}
+    index = {name: header.index(name) for name in COLUMNS if name in header}
     rows = [row for row in reader if row]
     if any(len(row) != len(header) for row in rows):
         bad = next(n for n, row in enumerate(rows, start=2) if len(row) != len(header))
@@ -81,6 +110,8 @@ def read_offers(path: Path) -> OfferTable:
     cells = list(zip(*rows, strict=True)) if rows else [() for _ in header]
     columns: dict[str, np.ndarray] = {}
     for name, kind in COLUMNS.items():
+        if name not in index:
+            continue
         values = cells[index[name]]
         try:
             if name in _FLOAT:
@@ -91,6 +122,7 @@ def read_offers(path: Path) -> OfferTable:
                 columns[name] = np.array(values, dtype=kind)
         except ValueError as exc:
             raise CatalogError(f"{path}: column {name}: {exc}") from None
+    _derive_cpu_arch(columns)
     return OfferTable.from_columns(columns)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from gpulease.atomic import write_json_atomic
 from gpulease.catalog import _catalog, _gpuhunt, _skypilot
 from gpulease.catalog._convert import Converted
-from gpulease.catalog._offers_csv import read_offers, table_from_rows, write_offers
+from gpulease.catalog._offers_csv import OFFERS_SCHEMA, read_offers, table_from_rows, write_offers
 from gpulease.catalog._paths import cache_dir, cache_path
 from gpulease.catalog.types import OfferTable
 from gpulease.errors import CatalogError
@@ -57,9 +57,10 @@ def clear_cache() -> bool:
 
 
 def write_table(table: OfferTable, meta: dict[str, Any]) -> Path:
-    """Write ``table`` as the cache and ``meta`` as ``meta.json``, each atomically."""
+    """Write ``table`` as the cache and ``meta`` as ``meta.json`` (with the ``offers_schema``
+    version of the columns written), each atomically."""
     write_offers(cache_path(), table)
-    write_json_atomic(meta_path(), meta, indent=2)
+    write_json_atomic(meta_path(), {**meta, "offers_schema": OFFERS_SCHEMA}, indent=2)
     _catalog._LOADED.clear()
     return cache_path()
 

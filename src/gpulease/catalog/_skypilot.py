@@ -20,6 +20,8 @@ provenance comments. Quirks handled here (the price rules shared by all sources 
   are placeholders (stored as NaN); ``GpuInfo`` memory is the total across GPUs.
 - **Paperspace** ("East Coast (NY2)" → ``ny2``) and **Fluidstack** ("FINLAND" → ``finland``).
 - **Alibaba** (the ``alicloud`` fork): fractional vGPU families (``A10*1/12``, ``T4/8``) drop.
+- **Arch** (AWS ``x86_64``/``arm64``, Alibaba ``X86``): the host CPU where a file has the column;
+  elsewhere (GCP, Azure v6, Lambda, …) the name rule of :mod:`gpulease.catalog._arch` decides.
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ def _convert_row(
             source=source,
             memory_gb=memory,
             notes=notes,
+            cpu_arch=row.get("Arch") or "",
         )
     )
     if country:

@@ -105,6 +105,7 @@ class Offer:
     certifications: tuple[str, ...]
     as_of: str  # ISO date the figures were taken
     source: str
+    cpu_arch: str = "x86_64"  # host CPU: "x86_64" | "arm64" (catalog/_arch.py)
 
 
 @dataclass(slots=True)
@@ -114,7 +115,8 @@ class OfferTable:
 
     Unknown hardware figures are NaN too: ``vcpus``/``ram_gb`` (Vast lists placeholders),
     ``nvme_gb`` and ``network_gbps`` (not published with confidence for some instance types).
-    Prices are per instance-hour; ``gpu_memory_gb`` is per GPU."""
+    Prices are per instance-hour; ``gpu_memory_gb`` is per GPU. ``cpu_arch`` is the host CPU
+    architecture, ``x86_64`` or ``arm64`` (never empty; :mod:`gpulease.catalog._arch`)."""
 
     provider: npt.NDArray[np.str_]
     region: npt.NDArray[np.str_]
@@ -125,6 +127,7 @@ class OfferTable:
     gpu_count: npt.NDArray[np.int64]
     gpu_memory_gb: npt.NDArray[np.float64]
     vcpus: npt.NDArray[np.float64]
+    cpu_arch: npt.NDArray[np.str_]
     ram_gb: npt.NDArray[np.float64]
     nvme_gb: npt.NDArray[np.float64]
     network_gbps: npt.NDArray[np.float64]
@@ -181,6 +184,7 @@ class OfferTable:
             certifications=tuple(c for c in certs.split(";") if c),
             as_of=str(self.as_of[i]),
             source=str(self.source[i]),
+            cpu_arch=str(self.cpu_arch[i]),
         )
 
     def rows(self) -> list[Offer]:
@@ -245,6 +249,7 @@ COLUMNS: dict[str, type] = {
     "gpu_count": np.int64,
     "gpu_memory_gb": np.float64,
     "vcpus": np.float64,
+    "cpu_arch": np.str_,
     "ram_gb": np.float64,
     "nvme_gb": np.float64,
     "network_gbps": np.float64,

@@ -1,5 +1,9 @@
 """``gpulease gpus [NAME]``: every accelerator with its cheapest offers, or every offer of one
-accelerator (through :meth:`Catalog.gpu_summary` and :meth:`Catalog.query`)."""
+accelerator (through :meth:`Catalog.gpu_summary` and :meth:`Catalog.query`).
+
+Only hosts of one CPU architecture are listed (``--cpu-arch``, default x86_64, as a task's
+``resources.cpu_arch``), so the cheapest line is one a default task can run on; a footer counts
+the offers of other architectures left out. Rows that differ only by zone show their zone."""
 
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ def gpus(
     spot: Annotated[bool, typer.Option("--spot", help="Spot prices.")] = False,
     sort: Annotated[str, typer.Option("--sort", help="price or price-per-tflop.")] = "price",
     limit: Annotated[int, typer.Option("--limit", help="Rows to show with NAME.", min=1)] = 30,
+    cpu_arch: Annotated[
+        str,
+        typer.Option("--cpu-arch", help="Host CPU: x86_64 (default), arm64 or any."),
+    ] = "x86_64",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List GPUs with their cheapest offers, or every offer of one GPU."""
@@ -36,23 +44,59 @@ def gpus(
 
     if sort not in SORTS:
         raise UserInputError(f"--sort: {sort!r} is not one of {', '.join(SORTS)}")
+    arch = _cpu_arch(cpu_arch)
     catalog = Catalog.load()
-    if name is None:
-        rows = [_summary_row(catalog, s, spot) for s in catalog.gpu_summary(provider, region)]
+    wanted = None if name is None else _canonical(name)
+    if wanted is None:
+        summary = catalog.gpu_summary(provider, region, cpu_arch=arch)
+        rows = [_summary_row(catalog, s, spot) for s in summary]
         rows = [r for r in rows if r["price_per_gpu"] is not None]
     else:
-        offers = catalog.query(_canonical(name), provider, region, spot=spot)
+        offers = catalog.query(wanted, provider, region, spot=spot, cpu_arch=arch)
         rows = [_offer_row(catalog, o, spot) for o in offers]
+    hidden = _other_arch(catalog, arch, wanted, provider, region, spot)
     key = "per_tflop" if sort == "price-per-tflop" else "price_per_gpu"
     rows.sort(key=lambda r: (r[key] is None, r[key] or 0.0, r["accelerator"]))
     if name is not None:
         rows = rows[:limit]
     if as_json:
-        print_json(
-            {"gpus" if name is None else "offers": rows, "catalog_as_of": str(catalog.as_of)}
-        )
+        print_json({
+            "gpus" if name is None else "offers": rows, "catalog_as_of": str(catalog.as_of),
+            "cpu_arch": arch, "offers_other_cpu_arch": hidden,
+        })  # fmt: skip
         return
     _render(rows, detailed=name is not None, spot=spot)
+    if hidden:
+        others = "x86_64" if arch == "arm64" else "arm64"
+        console().print(
+            f"[dim]{sum(hidden.values())} offer(s) on other host CPUs not shown "
+            f"({', '.join(f'{a}: {n}' for a, n in sorted(hidden.items()))}); "
+            f"--cpu-arch {others} or any lists them[/dim]"
+        )
+
+
+def _cpu_arch(value: str) -> str:
+    from gpulease.spec.fields import parse_cpu_arch
+
+    try:
+        return parse_cpu_arch(value)
+    except ValueError as exc:
+        raise UserInputError(f"--cpu-arch: {exc}") from None
+
+
+def _other_arch(
+    catalog: Catalog, arch: str, accelerator: str | None,
+    providers: list[str] | None, regions: list[str] | None, spot: bool,
+) -> dict[str, int]:  # fmt: skip
+    """Offers matching the other filters whose host CPU is not ``arch``, per architecture."""
+    if arch == "any":
+        return {}
+    if accelerator is None:  # the summary lists priced offers of every accelerator
+        keep = catalog.mask(providers=providers, regions=regions, spot=spot)
+    else:
+        keep = catalog.mask(accelerator, providers, regions, spot=spot)
+    archs = catalog.offers.cpu_arch[keep & (catalog.offers.cpu_arch != arch)].tolist()
+    return {a: archs.count(a) for a in sorted(set(archs))}
 
 
 def _canonical(name: str) -> str:
@@ -89,6 +133,7 @@ def _summary_row(catalog: Catalog, summary: GpuSummary, spot: bool) -> dict[str,
         "per_tflop": _per_tflop(price, tflops),
         "cheapest_at": f"{offer.provider} {offer.region}" if offer else None,
         "instance_type": offer.instance_type if offer else None,
+        "cpu_arch": offer.cpu_arch if offer else None,
         "providers": list(summary.providers),
         "offers": summary.offers,
     }
@@ -114,10 +159,12 @@ def _render(rows: list[dict[str, Any]], *, detailed: bool, spot: bool) -> None:
 
     table = Table(title=f"GPUs ({'spot' if spot else 'on-demand'} prices)", title_justify="left")
     if detailed:
+        zoned = _zone_shown(rows, spot)
         for col in (
             "provider",
             "region",
             "instance",
+            "arch",
             "GPUs",
             "GB/GPU",
             "$/h",
@@ -125,12 +172,13 @@ def _render(rows: list[dict[str, Any]], *, detailed: bool, spot: bool) -> None:
             "$/PFLOP-h",
         ):
             table.add_column(col, justify="right" if col.startswith(("$", "G")) else "left")
-        for r in rows:
-            where = r["region"] + (f" ({r['zone']})" if spot and r["zone"] else "")
+        for r, show_zone in zip(rows, zoned, strict=True):
+            where = r["region"] + (f" ({r['zone']})" if show_zone else "")
             table.add_row(
                 r["provider"],
                 where,
                 r["instance_type"],
+                r["cpu_arch"],
                 str(r["gpus"]),
                 f"{r['gpu_memory_gb']:g}",
                 f"{r['price_per_hour']:,.2f}",
@@ -157,10 +205,26 @@ def _render(rows: list[dict[str, Any]], *, detailed: bool, spot: bool) -> None:
                 f"{r['tflops_16bit']:g}",
                 f"{r['price_per_gpu']:.2f}",
                 _per_pflop(r["per_tflop"]),
-                r["cheapest_at"] or "—",
+                _cheapest_at(r),
                 ", ".join(r["providers"]),
             )
     console().print(table)
+
+
+def _zone_shown(rows: list[dict[str, Any]], spot: bool) -> list[bool]:
+    """Whether each row shows its zone: always for spot prices (they differ by zone), else when
+    another row has the same provider, region and instance type (rows that differ only by
+    zone)."""
+    keys = [(r["provider"], r["region"], r["instance_type"]) for r in rows]
+    return [
+        bool(r["zone"]) and (spot or keys.count(k) > 1) for r, k in zip(rows, keys, strict=True)
+    ]
+
+
+def _cheapest_at(row: dict[str, Any]) -> str:
+    where = row["cheapest_at"] or "—"
+    arch = row.get("cpu_arch")
+    return f"{where} ({arch})" if arch and arch != "x86_64" else where
 
 
 def _per_pflop(per_tflop: float | None) -> str:

@@ -17,6 +17,7 @@ from gpulease.cli import (
     catalog_cmd,
     checkpoint_cmd,
     cluster_cmd,
+    estimate_cmd,
     gpus_cmd,
     jobs_cmd,
     launch_cmd,
@@ -39,6 +40,7 @@ app = typer.Typer(
 app.add_typer(catalog_cmd.app, name="catalog")
 app.command("plan")(plan_cmd.plan)
 app.command("gpus")(gpus_cmd.gpus)
+app.command("estimate")(estimate_cmd.estimate)
 app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
 app.command("ssh")(ssh_cmd.ssh)

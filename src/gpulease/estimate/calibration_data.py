@@ -6,6 +6,10 @@ is as published unless ``note`` says "GPU count assumed", and fabrics are assump
 only move the scaling-efficiency term, by a few percent. Parts carry dense datasheet figures
 (NVIDIA A100/H100/V100); the estimator sees nothing else of the hardware.
 
+The mixture-of-experts rows are DeepSeek-V2 and DeepSeek-V3 only (they fit the MoE factor of
+:mod:`~gpulease.estimate.mfu`); other published MoE runs are held out of calibration, in
+:mod:`~gpulease.estimate.heldout_data`, so that they stay a fair test of it.
+
 Not included, and why: OPT-175B (the paper gives 147 TFLOP/s per GPU, not GPU-hours: 47 % MFU,
 inside our A100 band); BloombergGPT (its "1.3M GPU-hours" is the compute budget allotted, not the
 final run's use: 512 A100s × ~53 days ≈ 0.65M); StarCoder (GPU-hours not published).
@@ -57,6 +61,9 @@ PARTS: dict[str, AcceleratorSpec] = {
                          memory_gb=80, bandwidth=2039, tflops=_AMPERE, nvlink=600),
     "H100-80GB": _nvidia(part="H100-SXM5-80GB", name="H100", generation="hopper", memory_gb=80,
                          bandwidth=3350, tflops=_HOPPER, nvlink=900),
+    # H800: H100 SXM's tensor rates with NVLink cut to 400 GB/s (DeepSeek-V3 report §3.1)
+    "H800": _nvidia(part="H800-SXM", name="H800", generation="hopper", memory_gb=80,
+                    bandwidth=3350, tflops=_HOPPER, nvlink=400),
 }  # fmt: skip
 
 
@@ -85,6 +92,10 @@ class CalibrationRun:
     fabric: str = "infiniband"
     network_gbps: float = 1600.0
     note: str = ""
+    active_params: float | None = None
+    experts: int | None = None
+    experts_per_token: int | None = None
+    expert_parallel: int | None = None
 
 
 _LLAMA1 = "Touvron et al., LLaMA, arXiv:2302.13971 (Feb 2023), Table 15"
@@ -98,6 +109,14 @@ _SMOL = (
 _RN50 = (
     "NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "
     "pytorch-21.03 container (2021)"
+)
+_DSV2 = (
+    "DeepSeek-AI, DeepSeek-V2, arXiv:2405.04434 (May 2024): 172.8K H800 GPU-h per trillion "
+    "tokens, 8.1T tokens, 8-way expert parallelism"
+)
+_DSV3 = (
+    "DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437 (Dec 2024), Table 1: pre-training "
+    "on 2,048 H800, FP8, 64-way expert parallelism"
 )
 _IMAGENET_90 = 1_281_167 * 90
 _RN50_FLOPS = 24.6e9  # 4.1 GMAC forward × 2 FLOP/MAC × 3 (forward + backward)
@@ -193,6 +212,16 @@ RUNS: tuple[CalibrationRun, ...] = (
                    "MLPerf Training v3.0, CoreWeave/NVIDIA (Jun 2023); ≈0.4 % of GPT-3's 300B "
                    "tokens per EE Times (Jun 26 2023)", tokens=1.2e9, layers=96, hidden=12288,
                    seq_len=2048, precision="fp8", network_gbps=3200.0),
+    CalibrationRun("DeepSeek-V2 (MoE)", 236e9, "H800", 1024, 172.8e3 * 8.1,
+                   "172.8K GPU-h/T × 8.1T", _DSV2, tokens=8.1e12, layers=60, hidden=5120,
+                   seq_len=4096, global_batch=9216, fabric="infiniband", network_gbps=3200.0,
+                   active_params=21e9, experts=160, experts_per_token=6, expert_parallel=8,
+                   note=_ASSUMED),
+    CalibrationRun("DeepSeek-V3 (MoE, fp8)", 671e9, "H800", 2048, 2.664e6, "2.664M GPU-h",
+                   _DSV3, tokens=14.8e12, layers=61, hidden=7168, seq_len=4096,
+                   global_batch=15360, precision="fp8", fabric="infiniband",
+                   network_gbps=3200.0, active_params=37e9, experts=256, experts_per_token=8,
+                   expert_parallel=64),
     CalibrationRun("ResNet-50 90 ep, AMP", 25.6e6, "A100-80GB", 8, 8 * 3, "8 GPUs × ~3 h", _RN50,
                    samples=_IMAGENET_90, flops_per_sample=_RN50_FLOPS, arch="cnn",
                    precision="fp16", global_batch=2048),

@@ -6,7 +6,8 @@ GPU), a replica runs continuous batching at the largest batch B the remaining KV
 (at most 256 sequences, vLLM's default ``max_num_seqs``):
 
 - prefill is compute-bound: (2·N·p + 2·L·h·p²) FLOPs per request of p prompt tokens at the
-  training MFU of the part (:mod:`~gpulease.estimate.mfu`);
+  training MFU of the part (:mod:`~gpulease.estimate.mfu`); N is the active parameter count of
+  a mixture of experts, whose weights are all held and read;
 - decode is memory-bandwidth-bound: each step reads the weights once and every sequence's KV
   cache, t = (weights + B × KV at mean context) / (tp × bandwidth × 0.6) — inference engines
   reach 50-70 % of HBM bandwidth — or the compute time of 2·N·B FLOPs, whichever is longer;
@@ -31,6 +32,7 @@ from gpulease.estimate.memory import (
     weights_gb,
 )
 from gpulease.estimate.mfu import expected_mfu
+from gpulease.estimate.moe import active_params
 from gpulease.estimate.results import HoursRange, InferenceEstimate
 from gpulease.estimate.shapes import transformer_shape
 from gpulease.spec.models import Workload
@@ -77,7 +79,7 @@ def _replica(
     nvlink = spec.intra_node_gbps >= NVLINK_FROM_GBPS
     tp_eff = (TP_EFFICIENCY_NVLINK if nvlink else TP_EFFICIENCY_PCIE) ** math.log2(tp)
     compute = tp * flops_per_gpu * tp_eff
-    params = workload.model.params
+    params = active_params(workload.model)  # FLOPs per token; the weights read are all
     prompt = load.prompt
     prefill = (2 * params * prompt + 2 * shape.layers * shape.hidden * prompt**2) / compute
     read = (weights + batch * kv_token * (prompt + load.output / 2)) * GB

@@ -15,6 +15,10 @@ Training, per GPU (bytes):
   recomputed. fp32/tf32 doubles it. Non-transformers: 1 byte per 250 training FLOPs per sample
   (ResNet-50: ~100 MB per image in 16-bit) × a micro-batch of ≤ 32 samples.
 - 1.5 GB of CUDA context, NCCL buffers and workspaces.
+- a mixture of experts holds the state of every expert: FSDP / ZeRO-3 divide all of it by the
+  GPUs; DDP keeps the shared parameters whole and spreads the routed experts over the
+  expert-parallel degree; the gather buffer holds two layers' shared parameters and local
+  experts (:mod:`~gpulease.estimate.moe`). Activations follow the active shape.
 
 A configuration fits when that is at most 90 % of the GPU's memory (allocator fragmentation).
 
@@ -28,6 +32,7 @@ import math
 from collections.abc import Callable
 
 from gpulease.catalog.types import AcceleratorSpec
+from gpulease.estimate.moe import gathered_params_per_layer, is_moe, model_state_params
 from gpulease.estimate.shapes import transformer_shape, uses_tokens
 from gpulease.spec.models import Workload
 
@@ -83,13 +88,15 @@ def training_memory_gb(workload: Workload, gpus: int, sharding: str) -> float:
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
     gpus = max(1, gpus)
-    state = STATE_BYTES_PER_PARAM * workload.model.params
+    state = STATE_BYTES_PER_PARAM * model_state_params(workload, gpus, sharding)
     gather = 0.0
-    if sharding != "ddp" and gpus > 1:
-        state /= gpus
-        if workload.model.arch == "transformer":
-            hidden = transformer_shape(workload.model).hidden
-            gather = 2 * 12.0 * hidden * hidden * 2.0
+    if sharding != "ddp" and gpus > 1 and workload.model.arch == "transformer":
+        shape = transformer_shape(workload.model)
+        if is_moe(workload.model):
+            layer = gathered_params_per_layer(workload, gpus, shape.layers)
+        else:
+            layer = 12.0 * shape.hidden * shape.hidden
+        gather = 2 * layer * 2.0
     return (state + gather + activation_bytes(workload, gpus)) / GB + CUDA_OVERHEAD_GB
 
 

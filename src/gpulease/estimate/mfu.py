@@ -16,6 +16,9 @@ expected MFU = base(generation) × size(N, generation) × arch × form factor ×
   faster parts (N½, where half the base is lost: 3M parameters on Ampere, 300M on Hopper);
 - arch: CNNs 0.40 (convolutions and the input pipeline keep ResNet-50 near 15-20 % of tensor
   peak), other models 0.6, transformers 1;
+- mixture of experts: the size term takes the active parameters, and a factor (fitted to
+  DeepSeek-V2 and DeepSeek-V3, and to nothing else) for the small expert GEMMs, routing,
+  permutation and load imbalance; the all-to-all traffic itself is in the scaling term;
 - form factor: PCIe and consumer boards 0.85 (lower clocks and power limits);
 - precision: fp8 0.70 (only the matmuls speed up), tf32 0.85, plain fp32 on vector units 2.8
   (its peak is 8-16× smaller and simple kernels reach more of it); a precision the part lacks
@@ -29,6 +32,7 @@ from __future__ import annotations
 import math
 
 from gpulease.catalog.types import AcceleratorSpec
+from gpulease.estimate.moe import active_params, is_moe
 from gpulease.spec.models import Workload
 
 # generation → (base MFU of a large dense 16-bit transformer, N½ in parameters)
@@ -51,6 +55,7 @@ DEFAULT_GENERATION = (0.30, 3e8)
 SIZE_EXPONENT = 0.6
 ARCH_FACTOR = {"transformer": 1.0, "cnn": 0.40, "other": 0.6}
 PCIE_FACTOR = 0.85
+MOE_FACTOR = 0.83
 FP8_FACTOR = 0.70
 TF32_FACTOR = 0.85
 FP32_VECTOR_FACTOR = 2.8
@@ -88,7 +93,9 @@ def expected_mfu(spec: AcceleratorSpec, precision: str, workload: Workload, peak
     arch = workload.model.arch
     mfu = base * ARCH_FACTOR.get(arch, ARCH_FACTOR["other"])
     if arch == "transformer":
-        mfu *= size_factor(workload.model.params, generation)
+        mfu *= size_factor(active_params(workload.model), generation)
+        if is_moe(workload.model):
+            mfu *= MOE_FACTOR
     if "pcie" in spec.form_factor.lower() or "consumer" in spec.form_factor.lower():
         mfu *= PCIE_FACTOR
     mfu *= _precision_factor(spec, precision, peak)

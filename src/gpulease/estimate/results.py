@@ -29,6 +29,8 @@ class TrainingEstimate:
     ``hours`` is wall-clock time; GPU-hours are ``hours.scale(gpus)``. ``sharding`` is the strategy
     actually assumed ("ddp", "fsdp" or "zero3"); ``mfu`` the expected model FLOPs utilisation and
     ``scaling_efficiency`` the multi-GPU / multi-node efficiency used for ``hours.expected``.
+    ``expert_parallel`` is the GPUs a mixture of experts' routed experts are spread over (1 for
+    a dense model).
     """
 
     total_flops: float
@@ -39,6 +41,7 @@ class TrainingEstimate:
     scaling_efficiency: float
     hours: HoursRange
     notes: tuple[str, ...]
+    expert_parallel: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,10 @@ buffer through each link; Patarasuk & Yuan 2009):
   replicate across nodes, PyTorch HYBRID_SHARD); ZeRO-3 shards across every GPU, ×1.5;
 - a model whose 16-byte/param state fills more than half of a node is taken as split across k
   nodes by tensor/pipeline parallelism (Megatron-LM; Narayanan et al. 2021): each node then only
-  all-reduces its 1/k slice with the other replicas (pipeline bubbles are part of MFU).
+  all-reduces its 1/k slice with the other replicas (pipeline bubbles are part of MFU);
+- a mixture of experts all-reduces the gradients of its shared parameters and of the routed
+  experts on the node, and adds the expert-parallel all-to-all of every token, over NVLink /
+  PCIe inside a node and the network between nodes (:mod:`~gpulease.estimate.moe`).
 
 Traffic overlaps the backward pass: exposed = max(0.1·t_x, t_x − 0.8·t_c), and
 efficiency = t_c / (t_c + exposed) × 0.95 when more than one GPU (synchronisation, stragglers,
@@ -35,7 +38,14 @@ from gpulease.estimate.memory import (
     usable_gb,
 )
 from gpulease.estimate.mfu import expected_mfu
-from gpulease.estimate.shapes import training_flops_per_token, uses_tokens
+from gpulease.estimate.moe import (
+    active_params,
+    all_to_all_bytes_per_token,
+    all_to_all_seconds,
+    expert_layout,
+    expert_nodes,
+)
+from gpulease.estimate.shapes import training_flops_per_token, transformer_shape, uses_tokens
 from gpulease.spec.models import Workload
 
 FABRIC_EFFICIENCY = {"infiniband": 0.85, "ib": 0.85, "roce": 0.75, "efa": 0.70, "ethernet": 0.40}
@@ -52,17 +62,20 @@ DEFAULT_SAMPLES_PER_GPU = 256
 REPLICA_NODE_SHARE = 0.5
 
 
+def step_tokens(workload: Workload, gpus: int) -> float:
+    """Tokens per optimizer step of a token workload: global_batch × seq_len, else the default."""
+    if workload.global_batch is not None:
+        return float(workload.global_batch * (workload.seq_len or DEFAULT_SEQ_LEN))
+    return float(max(DEFAULT_TOKENS_PER_STEP, DEFAULT_TOKENS_PER_GPU * gpus))
+
+
 def step_compute_seconds(workload: Workload, gpus: int, peak_tflops: float, mfu: float) -> float:
     """Compute time of one optimizer step on ``gpus`` GPUs."""
     if uses_tokens(workload):
-        if workload.global_batch is not None:
-            tokens = workload.global_batch * (workload.seq_len or DEFAULT_SEQ_LEN)
-        else:
-            tokens = max(DEFAULT_TOKENS_PER_STEP, DEFAULT_TOKENS_PER_GPU * gpus)
-        flops = training_flops_per_token(workload) * tokens
+        flops = training_flops_per_token(workload) * step_tokens(workload, gpus)
     else:
         samples = workload.global_batch or DEFAULT_SAMPLES_PER_GPU * gpus
-        flops = (workload.flops_per_sample or 6.0 * workload.model.params) * samples
+        flops = (workload.flops_per_sample or 6.0 * active_params(workload.model)) * samples
     return flops / (gpus * peak_tflops * 1e12 * mfu)
 
 
@@ -82,28 +95,80 @@ def step_traffic_seconds(
     fabric: str,
     network_gbps: float,
 ) -> float:
-    """Seconds of data-parallel gradient traffic per step if nothing overlapped it."""
+    """Seconds of data-parallel gradient traffic, plus a mixture of experts' all-to-all
+    traffic, per step if nothing overlapped them."""
     wide = workload.precision in ("fp32", "tf32")
-    grad = workload.model.params * (4.0 if wide else 2.0)
-    inter_bw = (
-        max(network_gbps, 1.0)
-        * GB
-        / 8
-        * FABRIC_EFFICIENCY.get(fabric.lower(), DEFAULT_FABRIC_EFFICIENCY)
+    grad = _gradient_params(workload, gpus_per_node, num_nodes) * (4.0 if wide else 2.0)
+    inter_bw = _network_bytes_per_s(fabric, network_gbps)
+    intra_bw = _intra_node_bytes_per_s(spec)
+    seconds = expert_traffic_seconds(
+        workload,
+        spec,
+        gpus_per_node=gpus_per_node,
+        num_nodes=num_nodes,
+        fabric=fabric,
+        network_gbps=network_gbps,
     )
     span = min(num_nodes, nodes_per_replica(workload, spec, gpus_per_node))
     if span > 1:
         replicas = num_nodes // span
-        return 2 * (replicas - 1) / replicas * grad / span / inter_bw if replicas > 1 else 0.0
-    seconds = 0.0
+        if replicas > 1:
+            seconds += 2 * (replicas - 1) / replicas * grad / span / inter_bw
+        return seconds
     if gpus_per_node > 1:
-        intra_bw = max(spec.intra_node_gbps, MIN_INTRA_NODE_GBPS) * GB * INTRA_NODE_SHARE
         factor = 1.0 if sharding == "ddp" else 1.5
         seconds += factor * 2 * (gpus_per_node - 1) / gpus_per_node * grad / intra_bw
     if num_nodes > 1:
         factor = 1.5 if sharding == "zero3" else 1.0
         seconds += factor * 2 * (num_nodes - 1) / num_nodes * grad / inter_bw
     return seconds
+
+
+def _gradient_params(workload: Workload, gpus_per_node: int, num_nodes: int) -> float:
+    """Parameters whose gradients one node all-reduces with the other nodes: all of them, less
+    the routed experts that live on other nodes of its expert-parallel group."""
+    layout = expert_layout(workload.model)
+    if layout is None:
+        return workload.model.params
+    return layout.shared_params + layout.expert_params / expert_nodes(
+        workload, gpus_per_node, num_nodes
+    )
+
+
+def _network_bytes_per_s(fabric: str, network_gbps: float) -> float:
+    """What a node's NICs carry, bytes/s, at the fabric's achievable share."""
+    share = FABRIC_EFFICIENCY.get(fabric.lower(), DEFAULT_FABRIC_EFFICIENCY)
+    return max(network_gbps, 1.0) * GB / 8 * share
+
+
+def _intra_node_bytes_per_s(spec: AcceleratorSpec) -> float:
+    return max(spec.intra_node_gbps, MIN_INTRA_NODE_GBPS) * GB * INTRA_NODE_SHARE
+
+
+def expert_traffic_seconds(
+    workload: Workload,
+    spec: AcceleratorSpec,
+    *,
+    gpus_per_node: int,
+    num_nodes: int,
+    fabric: str,
+    network_gbps: float,
+) -> float:
+    """Seconds per step of a mixture of experts' all-to-all traffic on one GPU, before any
+    overlap (0 for a dense model)."""
+    if not uses_tokens(workload) or workload.model.arch != "transformer":
+        return 0.0
+    gpus = gpus_per_node * num_nodes
+    shape = transformer_shape(workload.model)
+    return all_to_all_seconds(
+        workload,
+        bytes_per_token=all_to_all_bytes_per_token(workload, shape.layers, shape.hidden),
+        tokens_per_gpu=step_tokens(workload, gpus) / gpus,
+        gpus_per_node=gpus_per_node,
+        num_nodes=num_nodes,
+        intra_node_bytes_per_s=_intra_node_bytes_per_s(spec),
+        node_network_bytes_per_s=_network_bytes_per_s(fabric, network_gbps),
+    )
 
 
 def efficiency_band(

@@ -10,6 +10,7 @@ grouped-query with 8 KV heads from 20B up (Llama 2/3 70B, Llama 3.1 405B, Falcon
 FLOPs (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1; Chowdhery et al. 2022,
 "PaLM", Appendix B): training a transformer costs 6·N FLOPs per token for the dense layers plus
 12·L·h·s per token for attention scores and values at sequence length s; inference 2·N + 4·L·h·s.
+For a mixture of experts N is the active parameter count (:mod:`~gpulease.estimate.moe`).
 A FLOP here is one multiply or one add (a multiply-accumulate is 2), the convention of the dense
 peak figures it is divided by.
 """
@@ -21,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from gpulease.errors import UserInputError
+from gpulease.estimate.moe import active_params
 from gpulease.spec.models import ModelSpec, Workload
 
 HEAD_DIM = 128
@@ -57,8 +59,9 @@ def _round_to(value: float, step: int) -> int:
 def transformer_shape(model: ModelSpec) -> TransformerShape:
     """The shape of ``model``, with missing fields derived from ``model.params``.
 
-    Cached: the optimizer asks for the same (frozen, hashable) model hundreds of times a plan."""
-    params = max(model.params, 1.0)
+    Cached: the optimizer asks for the same (frozen, hashable) model hundreds of times a plan.
+    A mixture of experts is shaped by its active parameters (the width one token runs through)."""
+    params = max(active_params(model), 1.0)
     layers, hidden = model.layers, model.hidden
     if hidden is None and layers is None:
         hidden = _round_to((ASPECT_RATIO * params / 12) ** (1 / 3), HEAD_DIM)
@@ -102,8 +105,9 @@ def attention_flops_per_token(workload: Workload) -> float:
 
 
 def training_flops_per_token(workload: Workload) -> float:
-    """6·N + 12·L·h·s: training FLOPs per token (forward and backward)."""
-    return 6.0 * workload.model.params + attention_flops_per_token(workload)
+    """6·N + 12·L·h·s: training FLOPs per token (forward and backward); N counts the active
+    parameters of a mixture of experts."""
+    return 6.0 * active_params(workload.model) + attention_flops_per_token(workload)
 
 
 def training_flops(workload: Workload) -> float:

@@ -17,9 +17,16 @@ from gpulease.estimate.memory import (
     usable_gb,
 )
 from gpulease.estimate.mfu import expected_mfu, mfu_band, on_vector_units
+from gpulease.estimate.moe import (
+    active_params,
+    expert_layout,
+    expert_nodes,
+    expert_parallel_degree,
+)
 from gpulease.estimate.results import HoursRange, TrainingEstimate
 from gpulease.estimate.scaling import (
     efficiency_band,
+    expert_traffic_seconds,
     fitting_sharding,
     nodes_per_replica,
     step_compute_seconds,
@@ -53,6 +60,54 @@ def _sharding_note(
     return f"{label} over {gpus} GPUs needs {memory:.0f} GB/GPU"
 
 
+def _size(workload: Workload) -> str:
+    model = workload.model
+    if model.active_params is None or model.active_params >= model.params:
+        return count(model.params)
+    return f"{count(model.active_params)} active / {count(model.params)}"
+
+
+def _moe_notes(
+    workload: Workload,
+    spec: AcceleratorSpec,
+    *,
+    gpus_per_node: int,
+    num_nodes: int,
+    fabric: str,
+    network_gbps: float,
+    compute_s: float,
+) -> list[str]:
+    layout = expert_layout(workload.model)
+    if layout is None:
+        return []
+    model = workload.model
+    gpus = gpus_per_node * num_nodes
+    degree = expert_parallel_degree(workload, gpus)
+    span = expert_nodes(workload, gpus_per_node, num_nodes)
+    where = f"{span} nodes" if span > 1 else "one node"
+    notes = [
+        f"mixture of experts: memory for all {count(model.params)} parameters, FLOPs for the "
+        f"{count(active_params(model))} active; {layout.experts} experts, "
+        f"{layout.per_token} per token, spread over {degree} GPU(s) ({where})"
+    ]
+    if layout.assumed:
+        notes.append(f"not given: assumed {' and '.join(layout.assumed)}")
+    a2a = expert_traffic_seconds(
+        workload,
+        spec,
+        gpus_per_node=gpus_per_node,
+        num_nodes=num_nodes,
+        fabric=fabric,
+        network_gbps=network_gbps,
+    )
+    if a2a > 0:
+        notes.append(
+            f"expert all-to-all {a2a:.3g} s per step against {compute_s:.3g} s of compute "
+            "(overlapped as gradient traffic is)"
+        )
+    return notes
+
+
 def _notes(
     workload: Workload,
     spec: AcceleratorSpec,
@@ -66,6 +121,7 @@ def _notes(
     peak: float,
     mfu: float,
     efficiency: float,
+    compute_s: float,
 ) -> tuple[str, ...]:
     gpus = gpus_per_node * num_nodes
     params = workload.model.params
@@ -80,7 +136,18 @@ def _notes(
         )
     notes.append(
         f"expected MFU {mfu:.0%} of {peak:g} TFLOPS {workload.precision} "
-        f"({spec.generation}, {workload.model.arch} of {count(params)} parameters)"
+        f"({spec.generation}, {workload.model.arch} of {_size(workload)} parameters)"
+    )
+    notes.extend(
+        _moe_notes(
+            workload,
+            spec,
+            gpus_per_node=gpus_per_node,
+            num_nodes=num_nodes,
+            fabric=fabric,
+            network_gbps=network_gbps,
+            compute_s=compute_s,
+        )
     )
     span = min(num_nodes, nodes_per_replica(workload, spec, gpus_per_node))
     if span > 1:
@@ -96,13 +163,13 @@ def _notes(
             else "one node"
         )
         notes.append(f"scaling efficiency {efficiency:.0%} on {gpus} GPUs ({where})")
-    if workload.model.arch == "transformer":
-        shape = transformer_shape(workload.model)
-        if shape.derived:
-            notes.append(
-                f"shape not given: assumed {shape.layers} layers × {shape.hidden} "
-                f"hidden from {count(params)} parameters"
-            )
+    model = workload.model
+    if model.arch == "transformer" and (model.layers is None or model.hidden is None):
+        shape = transformer_shape(model)
+        notes.append(
+            f"shape not given: assumed {shape.layers} layers × {shape.hidden} "
+            f"hidden from {count(active_params(model))} parameters"
+        )
     return tuple(notes)
 
 
@@ -157,6 +224,7 @@ def estimate_training(
         peak=peak,
         mfu=mfu,
         efficiency=eff,
+        compute_s=compute,
     )
     return TrainingEstimate(
         total_flops=flops,
@@ -167,4 +235,5 @@ def estimate_training(
         scaling_efficiency=eff,
         hours=hours,
         notes=notes,
+        expert_parallel=expert_parallel_degree(workload, gpus),
     )

@@ -1,8 +1,8 @@
 """Hard constraints of a task's ``resources`` and ``data_policy``, applied to the offer table.
 
 Order matters only for the explanation: each rejected offer is explained by the first constraint it
-fails, in the order a user reads a task file (instance type, accelerators, providers, regions, data
-policy, host size, pricing availability).
+fails, in the order a user reads a task file (instance type, accelerators, host CPU architecture,
+providers, regions, data policy, host size, pricing availability).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def apply_resource_constraints(
     """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload."""
     _instance_type(funnel, offers, resources.instance_type)
     _accelerators(funnel, offers, resources)
+    _cpu_arch(funnel, offers, resources.cpu_arch)
     _providers(funnel, offers, resources)
     _regions(funnel, offers, resources)
     if data_classes:
@@ -82,6 +83,30 @@ def _count_reason(offers: OfferTable, removed: Mask, choices: Mapping[str, int |
             have = examples(int(c) for c in set(offers.gpu_count[here].tolist()))
             parts.append(f"{name}:{count} asked, these nodes have {have}")
     return "GPUs per node differ from the request (" + "; ".join(parts) + ")"
+
+
+DEFAULT_CPU_ARCH = "x86_64"
+
+
+def _cpu_arch(funnel: Funnel, offers: OfferTable, wanted: str) -> None:
+    """Keep hosts of the architecture asked (``any``: all); one line per architecture removed,
+    naming its instance types and how to ask for them. Under the default (``x86_64``) the
+    ``local`` provider's offers always pass: they are this machine, which already runs the
+    user's environment whatever its CPU (an arm64 laptop's quickstart just works); asking for
+    ``arm64`` still leaves an x86_64 machine out."""
+    if wanted == "any":
+        return
+    passing = offers.cpu_arch == wanted
+    if wanted == DEFAULT_CPU_ARCH:
+        passing = passing | (offers.provider == "local")
+    removed = funnel.alive & ~passing
+    for arch in sorted(set(offers.cpu_arch[removed].tolist())):
+        these = removed & (offers.cpu_arch == arch)
+        funnel.apply(
+            ~these,
+            f"host CPU {arch}, the task asks {wanted}: {examples(offers.instance_type[these])} "
+            f"(resources.cpu_arch: {arch} or any to allow them)",
+        )
 
 
 def _providers(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:

@@ -78,9 +78,10 @@ def _shape(plan: Plan) -> str:
     if plan.gpus_per_node == 0:
         return f"{nodes}{plan.instance_type}: CPU only"
     mem = f"{plan.gpu_memory_gb:g} GB" if plan.gpu_memory_gb else ""
+    host = f", {plan.cpu_arch} host" if plan.cpu_arch != "x86_64" else ""
     return (
         f"{nodes}{plan.instance_type}: {plan.gpus_per_node} × {plan.part} {mem}, "
-        f"{plan.peak_tflops:,.0f} dense TFLOPS in all"
+        f"{plan.peak_tflops:,.0f} dense TFLOPS in all{host}"
     )
 
 

@@ -56,6 +56,7 @@ class Plan:
     sharding: str | None = None
     as_of: str = ""
     source: str = ""
+    cpu_arch: str = "x86_64"  # the host CPU architecture of the offer
 
     @property
     def total_gpus(self) -> int:
@@ -85,6 +86,7 @@ class Plan:
             "sharding": self.sharding,
             "as_of": self.as_of,
             "source": self.source,
+            "cpu_arch": self.cpu_arch,
         }
 
 

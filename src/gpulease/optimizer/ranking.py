@@ -383,6 +383,7 @@ def _make_plan(
         sharding=sizing.sharding[opt] if opt < len(sizing.sharding) else None,
         as_of=str(offers.as_of[i]),
         source=str(offers.source[i]),
+        cpu_arch=str(offers.cpu_arch[i]),
     )
     notes = sizing.notes[opt] if opt < len(sizing.notes) else ()
     reasons = plan_reasons(

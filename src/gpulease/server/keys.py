@@ -35,16 +35,17 @@ def _create_private(path: Path, content: bytes) -> None:
 
 
 def _read_private(path: Path) -> bytes:
+    """The file's bytes as written (a binary key may begin or end with whitespace bytes)."""
     if path.stat().st_mode & 0o077:
         path.chmod(0o600)
-    return path.read_bytes().strip()
+    return path.read_bytes()
 
 
 def api_token(home: Path) -> SecretStr:
     """The API token (created on first use)."""
     path = home / TOKEN_FILE
     _create_private(path, secrets.token_urlsafe(32).encode() + b"\n")
-    return SecretStr(_read_private(path).decode())
+    return SecretStr(_read_private(path).decode().strip())
 
 
 def server_key(home: Path) -> bytes:

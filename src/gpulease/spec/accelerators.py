@@ -37,8 +37,10 @@ __all__ = [
 KNOWN_ACCELERATORS: tuple[str, ...] = (
     # NVIDIA data-centre parts
     "K80", "P4", "P100", "V100", "V100-32GB", "T4", "A10", "A10G", "A30", "A40",
-    "A100", "A100-80GB", "H100", "H100-MEGA", "H200", "GH200", "B100", "B200", "GB200",
-    "L4", "L40", "L40S",
+    "A100", "A100-80GB", "H100", "H100-PCIe", "H100-NVL", "H100-MEGA", "H200", "H200-NVL",
+    "GH200", "B100", "B200", "GB200", "L4", "L40", "L40S",
+    # NVIDIA parts made for the Chinese market (export variants)
+    "H800", "H800-PCIe", "H20", "A800", "A800-PCIe", "L20",
     # NVIDIA workstation and consumer parts
     "A4000", "A5000", "A6000", "RTX4000-Ada", "RTX6000-Ada", "RTXPRO6000",
     "RTX3090", "RTX4090", "RTX5090",
@@ -52,9 +54,21 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "V100": ("V100-16GB",),
     "A100": ("A100-40GB",),
     "A100-80GB": ("A100-80G",),
-    "H100": ("H100-80GB", "H100-HBM3"),
+    "H100": ("H100-80GB", "H100-HBM3", "H100-SXM5-80GB"),
+    "H100-PCIe": ("H100-PCIe-80GB",),
+    "H100-NVL": ("H100-NVL-94GB", "H100-NVL-96GB"),
     "H100-MEGA": ("H100-MEGA-80GB",),
     "H200": ("H200-141GB",),
+    "H200-NVL": ("H200-NVL-141GB",),
+    "H800": ("H800-80GB",),
+    "H800-PCIe": ("H800-PCIe-80GB",),
+    "H20": ("H20-96GB",),
+    "A800": ("A800-80GB",),
+    "A800-PCIe": ("A800-PCIe-80GB",),
+    "L20": ("L20-48GB",),
+    "RTX3090": ("3090",),
+    "RTX4090": ("4090", "RTX-4090-24GB"),
+    "RTX5090": ("5090", "RTX-5090-32GB"),
     "A10G": ("A10G-24GB",),
     "A6000": ("RTXA6000", "RTX-A6000"),
     "A5000": ("RTXA5000",),
@@ -74,28 +88,40 @@ _VENDOR_WORDS = re.compile(r"^(nvidia|tesla|geforce|amd|instinct|intel|habana|aw
 _FORM_FACTOR = re.compile(r"sxm[0-9]?|pcie")
 
 
+def _exact_key(name: str) -> str:
+    """A name in lower case, vendor words and punctuation dropped: ``H100 PCIe`` → ``h100pcie``."""
+    return _VENDOR_WORDS.sub("", re.sub(r"[^a-z0-9]", "", name.lower()))
+
+
 def _key(name: str) -> str:
-    """The lookup key of a name: lower case, vendor words, punctuation and form factor dropped."""
-    key = re.sub(r"[^a-z0-9]", "", name.lower())
-    key = _VENDOR_WORDS.sub("", key)
-    return _FORM_FACTOR.sub("", key)
+    """The loose lookup key of a name: the exact key with the form factor dropped too."""
+    return _FORM_FACTOR.sub("", _exact_key(name))
 
 
-def _build_table() -> dict[str, str]:
-    table = {_key(name): name for name in KNOWN_ACCELERATORS}
+def _build_tables() -> tuple[dict[str, str], dict[str, str]]:
+    """(exact key → name, loose key → name). A form factor that is part of a name
+    (``H100-PCIe``) is matched exactly; elsewhere it is noise (``A100-SXM4`` is ``A100``)."""
+    exact = {_exact_key(name): name for name in KNOWN_ACCELERATORS}
     for canonical, aliases in _ALIASES.items():
-        table.update({_key(alias): canonical for alias in aliases})
-    return table
+        exact.update({_exact_key(alias): canonical for alias in aliases})
+    loose = {key: name for key, name in exact.items() if _key(key) == key}
+    for key, name in exact.items():
+        loose.setdefault(_key(key), name)
+    return exact, loose
 
 
-_TABLE = _build_table()
+_EXACT, _TABLE = _build_tables()
 
 
 def canonical_accelerator_name(name: str) -> str:
-    """The canonical spelling of an accelerator name: ``a100_80gb`` → ``A100-80GB``.
+    """The canonical spelling of an accelerator name: ``a100_80gb`` → ``A100-80GB``,
+    ``h100 pcie`` → ``H100-PCIe``, ``4090`` → ``RTX4090``.
 
     Raises :class:`ValueError` for an unknown name, with the closest known names.
     """
+    exact = _exact_key(name)
+    if exact in _EXACT:
+        return _EXACT[exact]
     key = _key(name)
     if key in _TABLE:
         return _TABLE[key]

@@ -1,4 +1,5 @@
-"""Name, choice and mapping field types: lists of names, ``use_spot``, envs, free-form config.
+"""Name, choice and mapping field types: lists of names, ``use_spot``, ``cpu_arch``, envs,
+free-form config.
 
 Like :mod:`gpulease.spec.quantities`, each type is an ``Annotated`` pydantic type: a
 ``BeforeValidator`` that accepts the forms a user writes (a name or a list of names; ``auto``;
@@ -15,6 +16,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
 __all__ = [
+    "CPU_ARCHES",
+    "CpuArchChoice",
     "EnvVars",
     "ExcludedProviders",
     "JsonMapping",
@@ -23,6 +26,7 @@ __all__ = [
     "ProviderNames",
     "SpotChoice",
     "lowercase",
+    "parse_cpu_arch",
 ]
 
 
@@ -100,6 +104,36 @@ SpotChoice = Annotated[
     WithJsonSchema({"anyOf": [{"type": "boolean"}, {"const": "auto"}]}),
 ]
 """``true`` (spot only), ``false`` (on-demand only) or ``auto`` (let the optimizer choose)."""
+
+
+# --- cpu_arch -----------------------------------------------------------------------------------
+
+CPU_ARCHES = ("x86_64", "arm64", "any")
+_CPU_ARCH_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "x64": "x86_64", "aarch64": "arm64"}
+
+
+def parse_cpu_arch(value: object) -> str:
+    """``x86_64``, ``arm64`` or ``any`` (any case; ``amd64``/``x86-64``/``x64`` and ``aarch64``
+    are read as ``x86_64`` and ``arm64``); :class:`ValueError` otherwise."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        text = _CPU_ARCH_ALIASES.get(text, text)
+        if text in CPU_ARCHES:
+            return text
+    raise ValueError(
+        f"expected x86_64, arm64 or any (amd64 and aarch64 are read as x86_64 and arm64), "
+        f"got {value!r}"
+    )
+
+
+CpuArchChoice = Annotated[
+    Literal["x86_64", "arm64", "any"],
+    BeforeValidator(parse_cpu_arch),
+    WithJsonSchema(
+        {"enum": [*CPU_ARCHES, *_CPU_ARCH_ALIASES], "default": "x86_64", "examples": ["arm64"]}
+    ),
+]
+"""The host CPU architecture a task runs on: ``x86_64`` (default), ``arm64`` or ``any``."""
 
 
 # --- envs and free-form mappings -----------------------------------------------------------------

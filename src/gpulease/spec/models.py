@@ -39,6 +39,7 @@ from gpulease.spec.accelerators import (
     parse_accelerators,
 )
 from gpulease.spec.fields import (
+    CpuArchChoice,
     EnvVars,
     ExcludedProviders,
     JsonMapping,
@@ -57,6 +58,7 @@ from gpulease.spec.quantities import (
     PositiveDuration,
     PositiveInt,
     PositiveNumber,
+    format_count,
 )
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -160,11 +162,36 @@ class ModelSpec(_Model):
     """Key/value heads, for grouped-query attention (optional)."""
     heads: PositiveInt | None = None
     """Attention heads (optional)."""
+    active_params: Count | None = None
+    """Mixture-of-experts: parameters each token uses (37B of DeepSeek-V3's 671B). FLOPs follow
+    it, memory follows params. Unset: a dense model, every parameter active."""
+    experts: PositiveInt | None = None
+    """Mixture-of-experts: routed experts per MoE layer (optional; DeepSeek-V3: 256)."""
+    experts_per_token: PositiveInt | None = None
+    """Mixture-of-experts: routed experts each token is sent to (optional; DeepSeek-V3: 8)."""
 
     @model_validator(mode="after")
     def _heads_divide(self) -> Self:
         if self.heads and self.kv_heads and self.heads % self.kv_heads:
             raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+        return self
+
+    @model_validator(mode="after")
+    def _experts_consistent(self) -> Self:
+        active = self.active_params
+        if active is not None and active > self.params:
+            raise ValueError(
+                f"active_params ({format_count(active)}) must not exceed params "
+                f"({format_count(self.params)}): it counts the parameters each token uses"
+            )
+        if active is None and (self.experts is not None or self.experts_per_token is not None):
+            raise ValueError(
+                "a mixture-of-experts model (experts or experts_per_token given) needs "
+                "active_params, the parameters each token uses (e.g. 37B of 671B)"
+            )
+        per_token, experts = self.experts_per_token, self.experts
+        if per_token is not None and experts is not None and per_token > experts:
+            raise ValueError(f"experts_per_token ({per_token}) must not exceed experts ({experts})")
         return self
 
 
@@ -174,7 +201,8 @@ class Workload(_Model):
     kind: Annotated[WorkloadKind, BeforeValidator(_kind)] = "train"
     """train, finetune or inference."""
     model: ModelSpec
-    """The model: params (required), arch, layers, hidden, heads, kv_heads."""
+    """The model: params (required), arch, layers, hidden, heads, kv_heads; active_params,
+    experts and experts_per_token for a mixture of experts."""
     tokens: Count | None = None
     """Training tokens per epoch: 1B, 26B."""
     samples: Count | None = None
@@ -189,6 +217,9 @@ class Workload(_Model):
     """fp32, tf32, bf16, fp16 or fp8."""
     sharding: Annotated[Sharding, BeforeValidator(lowercase)] | None = None
     """ddp, fsdp or zero3; unset: ddp when the model state fits one GPU, else fsdp."""
+    expert_parallel: PositiveInt | None = None
+    """Mixture-of-experts: GPUs each layer's routed experts are spread over (DeepSeek-V3: 64);
+    unset: min(experts, GPUs)."""
     epochs: PositiveNumber = 1.0
     """Passes over the tokens or samples."""
     requests_per_second: PositiveNumber | None = None
@@ -201,6 +232,21 @@ class Workload(_Model):
     """Inference: context length to provision for."""
     hours: PositiveDuration | None = None
     """Inference: how long to serve (720h, 30d)."""
+
+    @model_validator(mode="after")
+    def _expert_parallel_fits(self) -> Self:
+        degree, model = self.expert_parallel, self.model
+        if degree is None:
+            return self
+        if model.active_params is None:
+            raise ValueError(
+                "expert_parallel needs a mixture-of-experts model: give model.active_params"
+            )
+        if model.experts is not None and degree > model.experts:
+            raise ValueError(
+                f"expert_parallel ({degree}) must not exceed model.experts ({model.experts})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _training_amount(self) -> Self:
@@ -228,6 +274,8 @@ class Resources(_Model):
     """Memory per node in GB: 64, 64+ or 64GB+."""
     disk: MinimumAmount | None = None  # GB
     """Disk per node in GB: 256, 256+ or 1TB."""
+    cpu_arch: CpuArchChoice = "x86_64"
+    """Host CPU architecture: x86_64 (the default), arm64 (Graviton, Grace) or any."""
     use_spot: SpotChoice = False
     """true (spot only), false (on-demand only) or auto (the optimizer chooses)."""
     providers: ProviderNames | None = None

@@ -68,6 +68,7 @@ class NodeInfo:
     gpu_type: str | None
     cpus: int
     memory_mb: int
+    arch: str = ""  # the node's CPU architecture where the backend says (slurmrestd), else ""
 
 
 class SlurmBackend(Protocol):

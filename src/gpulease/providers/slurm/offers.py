@@ -1,9 +1,10 @@
 """What a Slurm cluster sells, as its backend (the commands, locally or on a login node over
 ssh, or slurmrestd) shows it now: one offer per partition node shape — region = the cluster
 name, zone = the partition, one per power-of-two GPU count up to the node's GPUs (gres), priced
-``price_per_gpu_hour`` × GPUs (0 by default). Nodes down, drained or failing are left out, and so
-are partitions the settings do not list. A cluster that does not answer sells nothing (a warning
-in the log). Moves no states.
+``price_per_gpu_hour`` × GPUs (0 by default), with the node's CPU architecture where the
+backend says (slurmrestd's ``architecture``), else x86_64. Nodes down, drained or failing are
+left out, and so are partitions the settings do not list. A cluster that does not answer sells
+nothing (a warning in the log). Moves no states.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gpulease.catalog.runtime import offer_row, offer_table, power_of_two_counts
+from gpulease.catalog.runtime import host_cpu_arch, offer_row, offer_table, power_of_two_counts
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import ProviderOffers
 from gpulease.providers.slurm.commands import NodeInfo, SlurmBackend
@@ -57,6 +58,7 @@ def slurm_offers(
                 "slurm", name, accelerator=spec.name, part=spec.part, gpus=count,
                 memory=spec.memory_gb, region=cluster,
                 zone=node.partition, vcpus=float(node.cpus), ram_gb=node.memory_mb / 1000.0,
+                cpu_arch=host_cpu_arch(node.arch or "x86_64"),
                 price_on_demand=settings.price_per_gpu_hour * count,
                 source=f"slurm sinfo ({cluster})",
             ))  # fmt: skip

@@ -158,6 +158,7 @@ class SlurmRest:
                     address=str(node.get("address") or node.get("hostname") or ""),
                     state=str(node.get("state") or "").lower(), gpus=count, gpu_type=kind,
                     cpus=_int(node.get("cpus")), memory_mb=_int(node.get("real_memory")),
+                    arch=str(node.get("architecture") or ""),
                 ))  # fmt: skip
         return found
 
