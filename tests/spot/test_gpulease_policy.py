@@ -9,7 +9,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulease.spot.gpulease_policy import GpuleasePolicy, behind_floor, is_safe
+from gpulease.spot import gpulease_policy
+from gpulease.spot.gpulease_policy import GpuleasePolicy, behind_floor, floor, is_safe
 from gpulease.spot.policies import OnDemand, UniformProgress
 from gpulease.spot.runs import RunStats
 from gpulease.spot.sim import Mode, Observation, Policy
@@ -138,6 +139,27 @@ def test_far_ahead_without_spot_idles() -> None:
         obs = _obs(progress_h=8.0, elapsed_h=4.0, spot=False, changeover=changeover)
         assert not behind_floor(obs)
         assert GpuleasePolicy().decide(obs) == Mode.IDLE
+
+
+def test_a_paid_up_on_demand_is_not_dropped_in_an_outage() -> None:
+    # Far ahead, on on-demand, spot out: the model alone would idle (slack is free); the floor
+    # keeps the on-demand that was paid for, as uniform progress does. From idle it idles.
+    on_od = _obs(progress_h=8.0, elapsed_h=4.0, spot=False, prev=Mode.ON_DEMAND, changeover=720.0)
+    assert not behind_floor(on_od)
+    assert floor(on_od, Mode.IDLE) == Mode.ON_DEMAND
+    assert GpuleasePolicy().decide(on_od) == Mode.ON_DEMAND
+    assert floor(replace(on_od, prev_mode=Mode.IDLE), Mode.IDLE) == Mode.IDLE
+
+
+def test_behind_the_floor_on_demand_is_kept_and_spot_may_start_from_idle() -> None:
+    behind = _obs(progress_h=2.0, elapsed_h=8.0, spot=True, prev=Mode.ON_DEMAND, changeover=720.0)
+    assert floor(behind, Mode.SPOT) == Mode.ON_DEMAND
+    assert floor(replace(behind, prev_mode=Mode.IDLE), Mode.SPOT) == Mode.SPOT
+    # hysteresis: just above the line, a job on on-demand is still behind (two changeovers ahead)
+    line_h = 8.0 * 10.0 / (gpulease_policy.FLOOR_STRETCH * 20.0)
+    at_line = replace(behind, progress=(line_h + 0.01) * HOUR)
+    assert behind_floor(at_line)
+    assert not behind_floor(replace(at_line, prev_mode=Mode.IDLE))
 
 
 def test_spot_available_is_used() -> None:

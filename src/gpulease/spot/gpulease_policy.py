@@ -1,47 +1,34 @@
 """The ``gpulease`` deadline-aware spot policy.
 
-Online: each decision uses the current :class:`~gpulease.spot.sim.Observation` and what the policy
-itself has seen earlier in the same window (availability history), never the future; ``reset()``
-(called by the simulator for every window, and implied by a tick-0 observation or a tick that goes
-backwards) forgets everything. Rules at the start of each tick (issue 5 semantics, seconds):
+Online: each decision uses the current :class:`~gpulease.spot.sim.Observation`, what the policy has
+seen earlier in the window, and the market's past that it was handed (``set_history``, or
+``history=`` saved statistics); never the future. ``reset()`` (called by the simulator for every
+window, and implied by a tick-0 observation or a tick that goes backwards) forgets the window but
+keeps the handed-over history. Rules at the start of each tick (issue 5 semantics, seconds):
 
-**A. Changeover shorter than a tick (``d < gap``): learned model.** The availability seen so far
-in the window is summarised as a two-state Markov chain (:class:`~gpulease.spot.spot_model.
-MarkovEstimate`: transition counts blended with a weak prior) and the policy takes the decision that
-minimises the *expected* cost to finish under that chain
-(:func:`~gpulease.spot.spot_model.table_for`, an exact backward dynamic program over (ticks left,
-availability, previous mode, progress), cached per rounded chain). This is what lets it idle
-through outages when the observed availability will carry the job (greedy-like on rich traces),
-buy on-demand early when it will not, and weigh each changeover against the expected run.
+**A. Expected cost under a heavy-tailed model.** Spot runs and outages are modelled by how long
+they last, with a hazard that falls with age (:mod:`gpulease.spot.runs`: a run that has lasted an
+hour is far less likely to end in the next ten minutes than one that just began), learned from the
+history and the window so far. Every ``REFIT_S`` of window time the policy looks up the decision
+table for the current estimate (:func:`~gpulease.spot.spot_model.table_for`: an exact backward
+dynamic program over (time left, availability, age of the current spell, previous mode with its
+pending changeover, progress) on a planning grid of about 288 steps per job, the same grid on any
+tick size) and takes the decision that minimises the expected cost to finish. The remaining slack
+is what the table spends: idling through an outage, or leaving a paid-up on-demand for a young spot
+run, is worth it exactly when the expected saving beats the expected cost in slack and changeovers.
 
-**B. Changeover of a tick or more (``d ≥ gap``), or a problem outside the table's scope:
-schedule rules.** A restart then bills at least one tick with no progress, so whether a switch
-pays depends on whether the new spot run lasts beyond a tick — exactly where real traces' heavy
-tailed runs break the Markov model (measured: the model is worse than uniform progress there).
-
-1. Spot when available, idle when not — idling is free, so an outage costs only slack.
-2. *Lagging uniform schedule*: while progress is below ``C·t / (SCHEDULE_STRETCH·D)`` and spot is
-   unavailable, run on-demand.
-3. *On-demand hysteresis*: once on on-demand, stay while spot is unavailable, while progress is not
-   above the schedule at ``t + HYSTERESIS_CHANGEOVERS·d``, or (when ``d > gap``) while the spot run
-   is younger than ``CONFIRM_TICKS`` ticks — on real traces most spot runs last one or two ticks,
-   and a run that has survived a tick is much more likely to last (heavy tails), so leaving a
-   paid-up on-demand for a one-tick run wastes two changeovers.
+**B. Floor** (:func:`floor`, ``FLOOR_STRETCH``), over A's proposal: the model is only as good as
+the market is like its past, and when a window turns poorer than the history (a long outage the
+history never showed) expected-cost decisions spend the slack waiting. So, as uniform progress
+does: a job on on-demand does not drop it in an outage (that would waste the changeover it paid),
+and while progress is below the lagging uniform schedule ``C·t / (FLOOR_STRETCH·D)`` (for a job on
+on-demand: that schedule ``FLOOR_LEAD_CHANGEOVERS`` changeovers ahead) the job neither idles nor
+leaves on-demand for spot; it may still start spot from idle. ``FLOOR_STRETCH = 0`` turns B off;
+the constants were chosen on the tuning traces (benchmarks/README.md).
 
 **C. Exact safety net** (:func:`is_safe`), on top of A and B: a proposal other than on-demand is
 taken only if, even when spot vanishes for the rest of the window, on-demand alone can still finish
 in time; otherwise run on-demand.
-
-Constants of B and why (measured on the AWS 2022-10-26 traces, 100 windows × 8 deadlines; see
-benchmarks/README.md — they are tuned on that benchmark, values nearby behave alike):
-
-* ``SCHEDULE_STRETCH = 1.04``: the target line reaches ``C`` 4 % after the deadline. The safety net
-  is exact, so the tail is protected anyway and the schedule may lag slightly, which lets the
-  window's last spot ticks be used instead of on-demand bought early (1.0–1.05 within 0.001).
-* ``HYSTERESIS_CHANGEOVERS = -0.5``: leave on-demand for a confirmed spot run as soon as progress is
-  above the schedule half a changeover ago; waiting longer (uniform progress waits two changeovers
-  ahead) makes on-demand blocks longer than the spot they displace is worth.
-* ``CONFIRM_TICKS = 2``: see rule 3 (3 ticks was worse: it gives away the start of long runs).
 
 Why it never misses (invariant). Call a state *safe* when on-demand from now on finishes by the
 deadline: with ``N`` ticks left (this one included) and ``rem`` work left, ``ceil((rem + p)/gap)
@@ -69,9 +56,14 @@ from gpulease.spot.spot_model import DEFAULT_SPOT_RATIO, IDLE, OD, Table, table_
 
 _EPS = 1e-9
 
-#: Outage floor: while spot is out and progress is below ``C·t / (FLOOR_STRETCH·D)``, run
-#: on-demand whatever the model expects (``0`` turns the floor off). A lagging uniform schedule.
-FLOOR_STRETCH = 1.04
+#: Floor: while progress is below ``C·t / (FLOOR_STRETCH·D)`` (a lagging uniform schedule), the job
+#: neither idles in an outage nor leaves on-demand for spot, whatever the model expects; it may
+#: still start spot from idle (``0`` turns the floor off).
+FLOOR_STRETCH = 1.2
+#: The floor applies to deadlines of at least this many seconds (below, the model alone decides).
+FLOOR_MIN_DEADLINE_S = 24 * 3600.0
+#: How far ahead of the floor (in changeovers) a job on on-demand must be before it may leave it.
+FLOOR_LEAD_CHANGEOVERS = 2.0
 
 #: The model is refitted (and its table looked up again) at most this often, in window seconds.
 REFIT_S = 4 * 3600.0
@@ -103,10 +95,26 @@ def is_safe(obs: Observation, mode: Mode) -> bool:
 
 
 def behind_floor(obs: Observation) -> bool:
-    """Whether progress is below the lagging uniform schedule (:data:`FLOOR_STRETCH`)."""
-    if FLOOR_STRETCH <= 0:
+    """Whether progress is below the lagging uniform schedule (:data:`FLOOR_STRETCH`); a job on
+    on-demand counts as behind until it is :data:`FLOOR_LEAD_CHANGEOVERS` changeovers ahead
+    (hysteresis: else it would idle at the line and pay a changeover to come back)."""
+    if FLOOR_STRETCH <= 0 or obs.deadline < FLOOR_MIN_DEADLINE_S:
         return False
-    return obs.progress < min(obs.job, obs.elapsed * obs.job / (FLOOR_STRETCH * obs.deadline))
+    lead = FLOOR_LEAD_CHANGEOVERS * obs.changeover if obs.prev_mode == Mode.ON_DEMAND else 0.0
+    line = (obs.elapsed + lead) * obs.job / (FLOOR_STRETCH * obs.deadline)
+    return obs.progress < min(obs.job, line)
+
+
+def floor(obs: Observation, mode: Mode) -> Mode:
+    """Rule B over the model's ``mode``: a paid-up on-demand is not dropped in an outage; behind
+    the floor the job neither idles nor leaves on-demand for spot (it may start spot from idle)."""
+    if FLOOR_STRETCH <= 0 or obs.deadline < FLOOR_MIN_DEADLINE_S or mode == Mode.ON_DEMAND:
+        return mode
+    if obs.prev_mode == Mode.ON_DEMAND and (mode == Mode.IDLE or behind_floor(obs)):
+        return Mode.ON_DEMAND
+    if mode == Mode.IDLE and behind_floor(obs):
+        return Mode.ON_DEMAND
+    return mode
 
 
 class GpuleasePolicy:
@@ -177,6 +185,5 @@ class GpuleasePolicy:
         mode = _FROM_CODE.get(code, Mode.SPOT)
         if mode == Mode.SPOT and not obs.spot_available:
             mode = Mode.IDLE
-        if mode == Mode.IDLE and behind_floor(obs):
-            mode = Mode.ON_DEMAND
+        mode = floor(obs, mode)
         return mode if is_safe(obs, mode) else Mode.ON_DEMAND
