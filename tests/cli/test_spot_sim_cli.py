@@ -120,6 +120,7 @@ def test_start_ticks_pick_exactly_those_windows(cli: Cli, traces: list[Path]) ->
         (["--start-ticks", "150"], "--start-ticks"),
         (["--nodes", "0"], "--nodes"),
         (["--od-price", "0"], "--od-price"),
+        (["--history-hours", "-1"], "--history-hours"),
     ],
 )
 def test_bad_input_exits_2_naming_the_argument(

@@ -20,10 +20,12 @@ from gpulease.spot import (
     Observation,
     OnDemand,
     Policy,
+    Trace,
     UniformProgress,
     generate_trace,
     make_policy,
     optimal_cost,
+    run_spot_sim,
     safety_net,
     simulate_window,
 )
@@ -339,3 +341,31 @@ def test_optimal_bounds_every_online_policy(
     if two_changeovers:
         assert results["greedy"].finished
         assert results["uniform_progress"].finished
+
+
+def test_gpulease_learns_from_the_trace_before_each_window_and_only_from_it() -> None:
+    # Two traces that agree from tick 168 on and differ in the 28 hours before it (a long run, or
+    # runs of one tick): with the week as history the gpulease policy decides differently on the
+    # same window; without history (--history-hours 0) exactly alike; UP never looks.
+    window = ([True] * 2 + [False] * 2) * 10 + [True] * 40
+    rich = Trace(600.0, tuple([1] * 150 + [0] * 18 + [int(a) for a in window]), name="rich")
+    poor = Trace(600.0, tuple([int(t % 4 == 0) for t in range(168)] + [int(a) for a in window]))
+    kwargs = {
+        "job_hours": 6.0,
+        "deadline_hours": [10.0],
+        "changeover_hours": [0.2],
+        "start_ticks": [168],
+        "policies": ["uniform_progress", "gpulease"],
+    }
+
+    def costs(history_hours: float) -> list[list[float]]:
+        out = []
+        for trace in (rich, poor):
+            cells = run_spot_sim([trace], **kwargs, history_hours=history_hours)  # type: ignore[arg-type]
+            out.append([cell.mean_cost_ratio for cell in cells])
+        return out
+
+    with_history, without = costs(28.0), costs(0.0)
+    assert with_history[0][0] == with_history[1][0]  # uniform_progress
+    assert with_history[0][1] != with_history[1][1]
+    assert without[0] == without[1]

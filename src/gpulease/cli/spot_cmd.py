@@ -65,6 +65,13 @@ def spot_sim(
     nodes: Annotated[int, typer.Option("--nodes", help="Spot instances the job needs.")] = 1,
     od_price: Annotated[float, typer.Option("--od-price", help="On-demand $/h.")] = 3.06,
     spot_price: Annotated[float, typer.Option("--spot-price", help="Spot $/h.")] = 0.9731,
+    history_hours: Annotated[
+        float,
+        typer.Option(
+            "--history-hours",
+            help="Hours of the trace before each window that gpulease learns from (0: none).",
+        ),
+    ] = 168.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate spot/on-demand policies on spot availability traces, against the exact optimum."""
@@ -91,6 +98,7 @@ def spot_sim(
         nodes=nodes,
         od_price=od_price,
         spot_price=spot_price,
+        history_hours=history_hours,
     )
     if as_json:
         print_json({"cells": [cell.as_dict() for cell in cells]})

@@ -7,13 +7,19 @@ those start ticks for every trace; otherwise, for each trace in the order given,
 drawn with ``random.Random(seed).randrange(0, len(data) − floor(max_deadline / gap))`` from ONE
 generator per run, shared across traces in order. Every (deadline, changeover, policy) sees the
 same windows. One :class:`Cell` per (trace, deadline, changeover, policy).
+
+**History.** A policy that has a ``set_history(available, gap_s)`` method (:class:`~gpulease.spot.
+sim.HistoryAware`, e.g. ``gpulease``) is given, before each window, the availability of the same
+trace in the ``history_hours`` (default :data:`HISTORY_HOURS`) before the window's start — the
+past of that market, which a live system has observed too; never anything at or after the start.
+Windows near a trace's start get less (none at tick 0). ``history_hours=0`` turns it off.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,9 +29,16 @@ import numpy.typing as npt
 from gpulease.errors import UserInputError
 from gpulease.spot.optimal import optimal_cost
 from gpulease.spot.policies import OPTIMAL, POLICY_NAMES, make_policy
-from gpulease.spot.sim import Policy
+from gpulease.spot.sim import HistoryAware, Policy
 from gpulease.spot.simulate import WindowResult, baseline_cost, floor_ticks, simulate_window
 from gpulease.spot.traces import Trace
+
+#: Hours of a trace before each window that a history-aware policy is shown.
+HISTORY_HOURS = 168.0
+
+#: The optimum of one window: ``fn(window, job_s=…, deadline_s=…, changeover_s=…, gap_s=…,
+#: od_price=…, spot_price=…)`` (:func:`~gpulease.spot.optimal.optimal_cost`, or a cache of it).
+OptimalFn = Callable[..., WindowResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +127,7 @@ def validate(
     nodes: int,
     od_price: float,
     spot_price: float,
+    history_hours: float = 0.0,
 ) -> None:
     """Check every argument that does not depend on a trace."""
     _validate_times(job_hours, deadline_hours, changeover_hours)
@@ -123,6 +137,7 @@ def validate(
         raise UserInputError(f"--nodes: must be ≥ 1, got {nodes}")
     _positive("--od-price", od_price)
     _positive("--spot-price", spot_price, allow_zero=True)
+    _positive("--history-hours", history_hours, allow_zero=True)
 
 
 def window_starts(
@@ -158,14 +173,21 @@ def window_starts(
     return result
 
 
+@dataclass(frozen=True, slots=True)
+class _Windows:
+    """The windows of one (trace, deadline): availability from each start, and the history
+    before each start (empty arrays when history is off)."""
+
+    windows: list[npt.NDArray[np.bool_]]
+    histories: list[list[bool]]
+
+
 def _run_policy(
-    name: str,
-    windows: list[npt.NDArray[np.bool_]],
-    params: dict[str, float],
+    name: str, windows: _Windows, params: dict[str, float], optimal: OptimalFn
 ) -> list[WindowResult]:
     if name == OPTIMAL:
         try:
-            return [optimal_cost(window, **params) for window in windows]
+            return [optimal(window, **params) for window in windows.windows]
         except ValueError as exc:
             raise UserInputError(f"--changeover-hours/--job-hours (optimal): {exc}") from None
     policy: Policy = make_policy(name)
@@ -175,8 +197,13 @@ def _run_policy(
         gap_s=params["gap_s"],
         od_price=params["od_price"],
     )
-    lists = [[bool(a) for a in window.tolist()] for window in windows]
-    return [simulate_window(policy, avail, baseline=baseline, **params) for avail in lists]
+    results = []
+    for window, history in zip(windows.windows, windows.histories, strict=True):
+        if isinstance(policy, HistoryAware):
+            policy.set_history(history, params["gap_s"])
+        avail = [bool(a) for a in window.tolist()]
+        results.append(simulate_window(policy, avail, baseline=baseline, **params))
+    return results
 
 
 def _cell(
@@ -220,10 +247,13 @@ def run_spot_sim(
     nodes: int = 1,
     od_price: float = 3.06,
     spot_price: float = 0.9731,
+    history_hours: float = HISTORY_HOURS,
+    optimal: OptimalFn = optimal_cost,
 ) -> list[Cell]:
     """Evaluate ``policies`` on every window of every trace, for every deadline and changeover.
 
-    Without ``start_ticks``, ``starts`` defaults to 300 windows per trace.
+    Without ``start_ticks``, ``starts`` defaults to 300 windows per trace. ``optimal`` computes
+    the optimum of a window (a benchmark may pass a cache of :func:`optimal_cost`).
     """
     validate(
         job_hours=job_hours,
@@ -235,6 +265,7 @@ def run_spot_sim(
         nodes=nodes,
         od_price=od_price,
         spot_price=spot_price,
+        history_hours=history_hours,
     )
     if not traces:
         raise UserInputError("TRACE: give at least one trace file")
@@ -251,9 +282,11 @@ def run_spot_sim(
     cells = []
     for trace, trace_starts in zip(traces, starts_per_trace, strict=True):
         available = np.asarray(trace.data) >= nodes
+        back = floor_ticks(history_hours * 3600.0, trace.gap_seconds)
+        histories = [available[max(0, s - back) : s].tolist() for s in trace_starts]
         for deadline in deadline_hours:
             horizon = floor_ticks(deadline * 3600.0, trace.gap_seconds)
-            windows = [available[s : s + horizon] for s in trace_starts]
+            windows = _Windows([available[s : s + horizon] for s in trace_starts], histories)
             for changeover in changeover_hours:
                 params = {
                     "job_s": job_hours * 3600.0,
@@ -264,7 +297,7 @@ def run_spot_sim(
                     "spot_price": spot_price,
                 }
                 for name in policies:
-                    results = _run_policy(name, windows, params)
+                    results = _run_policy(name, windows, params, optimal)
                     cells.append(
                         _cell(
                             results,

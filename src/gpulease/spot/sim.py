@@ -7,8 +7,9 @@ seconds.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Mode(enum.IntEnum):
@@ -51,3 +52,12 @@ class Policy(Protocol):
     def decide(self, obs: Observation) -> Mode:
         """The mode for this tick (SPOT when spot is unavailable counts as IDLE)."""
         ...
+
+
+@runtime_checkable
+class HistoryAware(Protocol):
+    """A policy that can be shown the market's availability before its window starts."""
+
+    def set_history(self, available: Sequence[bool], gap_s: float) -> None:
+        """``available[i]``: spot availability in the ``len − i``-th tick before the window's
+        start (the last entry is the tick just before it); kept across ``reset()``."""

@@ -1,24 +1,28 @@
-"""The learned side of the ``gpulease`` spot policy: an online estimate of the window's spot
-availability as a two-state Markov chain, and the expected-cost-optimal decisions under that chain.
+"""The planning side of the ``gpulease`` spot policy: expected-cost-optimal decisions when spot
+runs and outages follow the heavy-tailed model of :mod:`gpulease.spot.runs`.
 
-**Estimate** (:class:`MarkovEstimate`). From the availability the policy has seen so far in the
-window — and nothing else: no look-ahead, no other window — count the transitions up→down and
-down→up and blend them with a prior of ``PRIOR_WEIGHT`` pseudo-ticks (half up, half down) of a chain
-with availability ``PRIOR_AVAILABILITY`` and mean run ``PRIOR_RUN_TICKS``:
-``q = P(up → down) = (n_ud + q0·w/2) / (n_u + w/2)``, ``r = P(down → up)`` likewise. Both are then
-rounded (in log space) to the nearest of ``LEVELS`` so that windows with similar estimates share one
-solved table.
+**Planning grid** (:func:`plan_grid`). The plan does not run on the trace's tick but on *steps* of
+``Δ = k·gap`` seconds, ``k`` the smallest whole number of ticks with ``Δ ≥ C / JOB_STEPS`` (about
+``JOB_STEPS`` steps per job) and ``Δ ≥ d / MAX_PENDING_STEPS`` (a changeover spans at most two
+steps): a 48 h job plans in 600 s steps on 600 s, 300 s or 200 s ticks alike, which is what makes
+the policy behave the same on a trace resampled to shorter ticks. Progress is counted in units of
+``Δ / UNITS_PER_STEP``; a (re)start step gains ``Δ − d`` (a fractional number of units: the value is
+interpolated linearly between the two nearest units).
 
-**Decisions** (:func:`decision_table`). Backward dynamic programming over ticks under exactly the
-issue-5 rules of :mod:`gpulease.spot.simulate`, for a changeover ``d < gap`` (a (re)start costs one
-tick's progress ``gap − d``, nothing pending afterwards): the state at a tick's start is (spot
-available now, previous mode, progress in units of ``u = gcd(gap, d, C)``) and the value is the
-*expected* cost to finish, in on-demand ticks, when the next tick's availability follows the chain;
-finishing late costs ``inf``. Because every transition of the chain has a probability > 0, a finite
-value means finishing on every availability path, so the decisions are deadline-safe by themselves
-(the policy still puts :func:`~gpulease.spot.gpulease_policy.is_safe` on top). The table is indexed
-by ticks *left*, so one solve serves every deadline up to its horizon (rounded up to
-``HORIZON_STEP`` ticks). About 0.1 s per solve for a 48 h job with 600 s ticks; solves are cached.
+**Decisions** (:func:`decision_table`). Backward dynamic programming over steps under the rules of
+:mod:`gpulease.spot.simulate` (a step plays the part of a tick): the state at a step's start is
+(spot available now, age bucket of the current run or outage, previous mode with the changeover
+still pending, progress) and the value is the *expected* cost to finish, in on-demand steps (a spot
+step costs ``spot_ratio``), when runs and outages end at the model's age-dependent rates; finishing
+late costs ``BIG``. The ages are the model's buckets merged until each is at least a step wide; a
+spell in bucket ``j`` moves to ``j + 1`` with probability ``Δ / width_j`` per step (a phase-type
+approximation of its age). Every transition has a probability above zero, so a finite value
+means finishing on every path: the decisions are deadline-safe by themselves (on the grid; the
+policy still puts the exact :func:`~gpulease.spot.gpulease_policy.is_safe` on top). The table is
+indexed by steps *left*, so one solve serves every deadline and every later refit up to its
+horizon (the time left, rounded up to ``HORIZON_STEP`` steps). Rates are rounded in log space
+(``RATE_ROUNDING``) so that windows with nearly the same estimate share one cached table
+(``CACHE_SIZE``).
 
 The policy does not see prices: the table assumes a spot tick costs ``spot_ratio`` of an on-demand
 tick (the ``gpulease spot-sim`` defaults, $0.9731 / $3.06).
@@ -27,174 +31,312 @@ tick (the ``gpulease spot-sim`` defaults, $0.9731 / $3.06).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
+from gpulease.spot.runs import AGE_EDGES_S
+
 _EPS = 1e-9
 
-#: Transition probabilities are rounded (in log space) to one of these.
-LEVELS: tuple[float, ...] = (0.01, 0.02, 0.035, 0.06, 0.1, 0.15, 0.22, 0.32, 0.45, 0.6, 0.8)
-_LOG_LEVELS = [math.log(level) for level in LEVELS]
-#: The prior chain: as likely up as down, runs of four ticks on average …
-PRIOR_AVAILABILITY = 0.5
-PRIOR_RUN_TICKS = 4.0
-#: … worth this many observed ticks (four hours of 600 s ticks).
-PRIOR_WEIGHT = 24.0
-#: Largest progress axis and horizon solved; beyond them the policy uses its schedule rules.
-MAX_UNITS = 3000
-MAX_TICKS = 2048
-#: Horizons are rounded up to a multiple of this (one solve serves many deadlines).
-HORIZON_STEP = 256
+#: Planning steps per job length (at least; fewer when the trace's ticks are longer).
+JOB_STEPS = 288
+#: A changeover spans at most this many steps.
+MAX_PENDING_STEPS = 2
+#: Progress units per step.
+UNITS_PER_STEP = 2
+#: Horizons are rounded up to a multiple of this many steps (one solve serves many deadlines and
+#: every later refit with the same rounded rates).
+HORIZON_STEP = 64
+#: Longest horizon planned; beyond it the policy plans for the last MAX_STEPS steps only.
+MAX_STEPS = 2048
+#: Rates are rounded to a geometric grid with this ratio before solving (table sharing).
+RATE_ROUNDING = 1.25
+#: Solved tables kept.
+CACHE_SIZE = 16
 #: Spot tick price ÷ on-demand tick price assumed by the table.
 DEFAULT_SPOT_RATIO = 0.9731 / 3.06
+#: The value of a state that cannot finish in time.
+BIG = 1e9
 
 # Decision codes in the table; on a tie the lowest wins, so an infeasible state says on-demand.
 OD, SPOT, IDLE = 0, 1, 2
 
 Int8Array = npt.NDArray[np.int8]
-FloatArray = npt.NDArray[np.float64]
+FloatArray = npt.NDArray[np.float32]
 
 
-def level(p: float) -> float:
-    """The entry of ``LEVELS`` nearest to ``p`` in log space."""
-    x = math.log(max(p, 1e-6))
-    best = min(range(len(LEVELS)), key=lambda i: abs(_LOG_LEVELS[i] - x))
-    return LEVELS[best]
+@dataclass(frozen=True, slots=True)
+class PlanGrid:
+    """The planning grid of one problem (module docstring)."""
+
+    ticks_per_step: int
+    step_s: float  # Δ
+    unit_s: float  # seconds of progress per unit
+    units: int  # K: the job in units
+    changeover_s: float
+    pendings: tuple[float, ...]  # changeover still due at a step's start: 0, then d − j·Δ > 0
+    age_edges_s: tuple[float, ...]  # the model's buckets, merged to be ≥ Δ wide
+
+    def gain(self, pending: float) -> float:
+        """Units gained by a non-idle step that starts with ``pending`` due."""
+        return max(0.0, self.step_s - pending) / self.unit_s
+
+    def after(self, pending: float) -> int:
+        """Index in ``pendings`` of what is still due after the step."""
+        rest = max(0.0, pending - self.step_s)
+        return min(range(len(self.pendings)), key=lambda i: abs(self.pendings[i] - rest))
+
+    def age_bucket(self, age_s: float) -> int:
+        b = 0
+        while b + 1 < len(self.age_edges_s) and age_s >= self.age_edges_s[b + 1] - _EPS:
+            b += 1
+        return b
 
 
-class MarkovEstimate:
-    """Transition counts of the availability seen so far in one window (see the module doc)."""
+def plan_grid(job: float, changeover: float, gap: float) -> PlanGrid:
+    """The planning grid of a ``job``-second job with changeover ``changeover`` on ``gap`` ticks."""
+    k = max(
+        1,
+        math.ceil(job / (JOB_STEPS * gap) - _EPS),
+        math.ceil(changeover / (MAX_PENDING_STEPS * gap) - _EPS),
+    )
+    step = k * gap
+    unit = step / UNITS_PER_STEP
+    units = max(1, math.ceil(job / unit - _EPS))
+    pendings = [0.0]
+    rest = changeover - step
+    while rest > _EPS:
+        pendings.append(rest)
+        rest -= step
+    edges = [0.0]
+    for edge in AGE_EDGES_S[1:]:
+        if edge - edges[-1] >= step - _EPS:
+            edges.append(edge)
+    return PlanGrid(k, step, unit, units, changeover, tuple(pendings), tuple(edges))
 
-    def __init__(self) -> None:
-        self.counts = [[0, 0], [0, 0]]  # counts[from][to], 0 = down, 1 = up
 
-    def observe(self, before: bool, now: bool) -> None:
-        """One tick-to-tick transition of availability."""
-        self.counts[int(before)][int(now)] += 1
+def merged_rates(rates: Sequence[Sequence[float]], grid: PlanGrid) -> list[list[float]]:
+    """The model's per-bucket rates (ends per second) on the grid's merged buckets: each merged
+    bucket averages its fine buckets weighted by width (the last one is open-ended: its own)."""
+    fine = AGE_EDGES_S
+    out = []
+    for row in rates:
+        merged = []
+        for j, lo in enumerate(grid.age_edges_s):
+            hi = grid.age_edges_s[j + 1] if j + 1 < len(grid.age_edges_s) else math.inf
+            members = [b for b, edge in enumerate(fine) if lo - _EPS <= edge < hi - _EPS]
+            if math.isinf(hi):
+                merged.append(row[members[0]] if len(members) == 1 else row[members[-1]])
+                continue
+            widths = [min(hi, fine[b + 1] if b + 1 < len(fine) else hi) - fine[b] for b in members]
+            merged.append(sum(row[b] * w for b, w in zip(members, widths, strict=True)) / (hi - lo))
+        out.append(merged)
+    return out
 
-    def chain(self) -> tuple[float, float]:
-        """``(q, r)`` = (P(up → down), P(down → up)) rounded to ``LEVELS``."""
-        q0 = 1.0 / PRIOR_RUN_TICKS
-        r0 = q0 * PRIOR_AVAILABILITY / (1.0 - PRIOR_AVAILABILITY)
-        half = PRIOR_WEIGHT / 2.0
-        up, down = self.counts[1], self.counts[0]
-        q = (up[0] + q0 * half) / (up[0] + up[1] + half)
-        r = (down[1] + r0 * half) / (down[0] + down[1] + half)
-        return level(q), level(r)
+
+def round_rate(rate: float) -> float:
+    """``rate`` rounded to the geometric grid of ratio ``RATE_ROUNDING``."""
+    x = math.log(max(rate, 1e-9)) / math.log(RATE_ROUNDING)
+    return float(RATE_ROUNDING ** round(x))
 
 
 @dataclass(frozen=True, slots=True)
 class Table:
-    """Decisions ``codes[ticks_left − 1, spot_available, prev_mode, progress_units]`` (prev_mode:
-    0 idle, 1 spot, 2 on-demand; codes ``OD``/``SPOT``/``IDLE``)."""
+    """Decisions ``codes[steps_left − 1, state, row, progress_units]``: state = availability·B +
+    age bucket (B merged buckets), row = 0 idle, 1 + i spot with ``pendings[i]`` due, 1 + P + i
+    on-demand with ``pendings[i]`` due (P pendings); codes ``OD``/``SPOT``/``IDLE``."""
 
     codes: Int8Array
-    unit: float  # seconds of progress per unit
-    units: int  # K: the job in units
+    grid: PlanGrid
 
-    def decide(self, ticks_left: int, spot: bool, prev_mode: int, progress: float) -> int:
-        if ticks_left < 1 or ticks_left > self.codes.shape[0]:
+    def decide(
+        self,
+        *,
+        time_left: float,
+        spot: bool,
+        age_s: float,
+        prev_mode: int,
+        pending: float,
+        progress: float,
+    ) -> int:
+        """The decision at a real state: ``time_left`` seconds to the deadline (this tick
+        included), the current spell's age, the previous mode (0 idle, 1 spot, 2 on-demand) with
+        ``pending`` seconds of changeover due, ``progress`` seconds done."""
+        grid = self.grid
+        steps = math.floor(time_left / grid.step_s + _EPS)
+        if steps < 1:
             return OD
-        k = min(self.units, math.floor(progress / self.unit + 1e-6))
-        return int(self.codes[ticks_left - 1, int(spot), prev_mode, k])
-
-
-def progress_unit(job: float, changeover: float, gap: float) -> float | None:
-    """``gcd(gap, d, C)`` (ms resolution), coarsened by doubling while the job has more than
-    ``MAX_UNITS`` of them; ``None`` when that would make a unit coarser than a quarter tick."""
-    parts = [round(x * 1000) for x in (job, changeover, gap) if x > 0]
-    g = 0
-    for part in parts:
-        g = math.gcd(g, part)
-    if g <= 0:
-        return None
-    unit = g / 1000.0
-    while job / unit > MAX_UNITS:
-        unit *= 2
-        if unit > gap / 4:
-            return None
-    return unit
+        steps = min(steps, self.codes.shape[0])
+        buckets = len(grid.age_edges_s)
+        state = int(spot) * buckets + grid.age_bucket(age_s)
+        row, effective = 0, progress
+        if prev_mode != 0:
+            # the grid's pending just below the real one; the rest counts as lost progress
+            i = max(i for i, p in enumerate(grid.pendings) if p <= pending + _EPS)
+            effective -= pending - grid.pendings[i]
+            row = 1 + i + (len(grid.pendings) if prev_mode == 2 else 0)
+        k = min(grid.units, max(0, round(effective / grid.unit_s)))
+        return int(self.codes[steps - 1, state, row, k])
 
 
 def table_for(
     *,
     job: float,
-    deadline: float,
+    time_left: float,
     changeover: float,
     gap: float,
-    q: float,
-    r: float,
-    spot_ratio: float,
-) -> Table | None:
-    """The cached decision table for this problem and chain, or ``None`` when the problem is out
-    of the table's scope (``d ≥ gap``, too long a horizon, too fine a progress axis)."""
-    if not 0 <= changeover < gap:
-        return None
-    horizon = math.floor(deadline / gap + _EPS)
-    rounded = -(-horizon // HORIZON_STEP) * HORIZON_STEP
-    unit = progress_unit(job, changeover, gap)
-    if unit is None or rounded > MAX_TICKS or horizon < 1:
-        return None
-    return decision_table(job, changeover, gap, unit, rounded, q, r, spot_ratio)
-
-
-@lru_cache(maxsize=64)
-def decision_table(  # noqa: PLR0917 (a cache key)
-    job: float,
-    changeover: float,
-    gap: float,
-    unit: float,
-    horizon: int,
-    q: float,
-    r: float,
+    rates: Sequence[Sequence[float]],
     spot_ratio: float,
 ) -> Table:
-    """Solve the expected-cost dynamic program backwards over ``horizon`` ticks (module doc)."""
-    units = math.ceil(job / unit - _EPS)
-    size = units + 1
-    stay = math.floor(gap / unit + _EPS)  # units gained by a tick on the mode already running
-    start = math.floor((gap - changeover) / unit + _EPS)  # … by a tick that (re)starts a mode
-    inf = math.inf
-    # value[a, mode, k]: expected cost from a tick's start with availability a, previous mode.
-    value = np.full((2, 3, size), inf)
-    value[:, :, units] = 0.0
-    codes = np.empty((horizon, 2, 3, size), dtype=np.int8)
-    move = ((1.0 - r, r), (q, 1.0 - q))  # move[a][a']
-    never: FloatArray = np.full(size, inf)
-    cols = np.arange(size)
+    """The decision table for this problem and model that covers ``time_left`` seconds
+    (``rates[a][b]``: ends per second of an outage (a = 0) or run (a = 1) in the model's age
+    bucket ``b``). A cached table for the same grid and rounded rates serves whenever its horizon
+    is long enough: the table is indexed by steps *left*, so its decisions do not depend on how far
+    back it was solved."""
+    grid = plan_grid(job, changeover, gap)
+    needed = max(1, math.floor(time_left / grid.step_s + _EPS))
+    merged = merged_rates(rates, grid)
+    key = (grid, tuple(tuple(round_rate(r) for r in row) for row in merged), spot_ratio)
+    table = _TABLES.get(key)
+    if table is None or table.codes.shape[0] < min(needed, MAX_STEPS):
+        horizon = min(MAX_STEPS, -(-needed // HORIZON_STEP) * HORIZON_STEP)
+        table = decision_table(grid, horizon, key[1], spot_ratio)
+    _TABLES[key] = table
+    _TABLES.move_to_end(key)
+    while len(_TABLES) > CACHE_SIZE:
+        _TABLES.popitem(last=False)
+    return table
 
-    def shift(arr: FloatArray, gain: int) -> FloatArray:
-        if gain <= 0:
-            return arr
-        gain = min(gain, units)  # a tick can finish the job from anywhere
-        out = np.empty_like(arr)
-        out[: size - gain] = arr[gain:]
-        out[size - gain :] = arr[units]
-        return out
 
-    for left in range(1, horizon + 1):
-        down = value[0].copy()
-        down[1] = down[0]  # spot chosen, spot gone at the next tick: a preemption → idle
-        new = np.empty_like(value)
-        for a in (0, 1):
-            ev = move[a][0] * down + move[a][1] * value[1]
-            idle = ev[0]
-            start_od = 1.0 + shift(ev[2], start)
-            stay_od = 1.0 + shift(ev[2], stay)
-            start_spot = spot_ratio + shift(ev[1], start) if a else never
-            stay_spot = spot_ratio + shift(ev[1], stay) if a else never
-            for mode, cands in (
-                (0, (start_od, start_spot, idle)),
-                (1, (start_od, stay_spot, idle)),
-                (2, (stay_od, start_spot, idle)),
-            ):
-                stack = np.stack(cands)
-                choice = np.argmin(stack, axis=0)
-                new[a, mode] = stack[choice, cols]
-                codes[left - 1, a, mode] = choice
-        new[:, :, units] = 0.0
-        value = new
-    return Table(codes=codes, unit=unit, units=units)
+#: Solved tables by (grid, rounded rates, spot ratio), least recently used first.
+_TABLES: OrderedDict[tuple[PlanGrid, tuple[tuple[float, ...], ...], float], Table] = OrderedDict()
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """Where a choice leads: the row after the step and the progress gained, ``whole + frac``
+    units (the value after it is linear in between two units, capped at the job)."""
+
+    row: int
+    whole: int
+    frac: float
+
+
+def _moves(grid: PlanGrid) -> tuple[list[_Move], list[int], list[int]]:
+    """Every distinct move, and for each row the move that choosing on-demand / spot makes."""
+    n_p = len(grid.pendings)
+    od_base = 1 + n_p
+    index: dict[tuple[int, float], int] = {}
+
+    def move(base: int, pending: float) -> int:
+        return index.setdefault((base + grid.after(pending), grid.gain(pending)), len(index))
+
+    d = grid.changeover_s
+    od_move = [move(od_base, d)] * (1 + 2 * n_p)
+    spot_move = [move(1, d)] * (1 + 2 * n_p)
+    for i, pending in enumerate(grid.pendings):
+        spot_move[1 + i] = move(1, pending)
+        od_move[od_base + i] = move(od_base, pending)
+    moves = []
+    for row, gain in sorted(index, key=index.__getitem__):
+        whole = math.floor(gain + _EPS)
+        frac = gain - whole
+        moves.append(_Move(row, whole, frac if frac > 1e-6 else 0.0))
+    return moves, od_move, spot_move
+
+
+def _shift_into(out: FloatArray, src: FloatArray, move: _Move) -> None:
+    """``out[:, x] = src[:, x + gain]`` (linear between units; at or past the job: the job)."""
+    size = src.shape[1]
+    w = min(move.whole, size - 1)
+    if move.frac == 0.0:
+        out[:, : size - w] = src[:, w:]
+        out[:, size - w :] = src[:, -1:]
+        return
+    n = size - w - 1  # x + w + 1 stays within the job for x < n
+    out[:, :n] = (
+        np.float32(1.0 - move.frac) * src[:, w:-1] + np.float32(move.frac) * src[:, w + 1 :]
+    )
+    out[:, n:] = src[:, -1:]
+
+
+def decision_table(
+    grid: PlanGrid,
+    horizon: int,
+    rates: tuple[tuple[float, ...], ...],
+    spot_ratio: float,
+) -> Table:
+    """Solve the expected-cost dynamic program backwards over ``horizon`` steps (module doc)."""
+    buckets = len(grid.age_edges_s)
+    n_states = 2 * buckets
+    n_p = len(grid.pendings)
+    size = grid.units + 1
+    w_stay, w_adv, w_end, adv_to, flip_to = _transitions(grid, rates)
+    down = np.arange(n_states) < buckets
+    moves, od_move, spot_move = _moves(grid)
+    shape = (n_states, 1 + 2 * n_p, size)
+    value = np.full(shape, BIG, dtype=np.float32)
+    value[:, :, -1] = 0.0
+    codes = np.empty((horizon, *shape), dtype=np.int8)
+    shifted = np.empty((len(moves), n_states, size), dtype=np.float32)
+    on_demand = np.empty(shape, dtype=np.float32)
+    spot = np.empty(shape, dtype=np.float32)
+    ratio = np.float32(spot_ratio)
+
+    for left in range(horizon):
+        ev = w_stay * value + w_adv * value[adv_to] + w_end * value[flip_to]
+        for m, move in enumerate(moves):
+            _shift_into(shifted[m], ev[:, move.row], move)
+        # the cost of choosing on-demand / spot from each (state, row)
+        for row in range(shape[1]):
+            np.add(shifted[od_move[row]], 1.0, out=on_demand[:, row])
+            np.add(shifted[spot_move[row]], ratio, out=spot[:, row])
+        spot[down] = BIG
+        idle = ev[:, :1]
+        best = np.minimum(on_demand, spot)
+        code = (spot < on_demand).astype(np.int8)
+        rest = idle < best
+        value = np.where(rest, idle, best)
+        code[rest] = IDLE
+        value[down, 1 : 1 + n_p] = value[down, :1]  # spot chosen but gone: preempted → idle
+        code[down, 1 : 1 + n_p] = code[down, :1]
+        value[:, :, -1] = 0.0
+        codes[left] = code
+    return Table(codes=codes, grid=grid)
+
+
+def _transitions(
+    grid: PlanGrid, rates: tuple[tuple[float, ...], ...]
+) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Per state (availability·B + age bucket): the weights of staying in its bucket, moving to
+    the next one, and the spell ending (to bucket 0 of the other availability), with the targets."""
+    buckets = len(grid.age_edges_s)
+    n_states = 2 * buckets
+    p_end = np.empty(n_states)
+    p_adv = np.zeros(n_states)
+    adv_to = np.arange(n_states)
+    flip_to = np.empty(n_states, dtype=np.intp)
+    for a in (0, 1):
+        for j in range(buckets):
+            s = a * buckets + j
+            p_end[s] = 1.0 - math.exp(-rates[a][j] * grid.step_s)
+            flip_to[s] = (1 - a) * buckets
+            if j + 1 < buckets:
+                width = grid.age_edges_s[j + 1] - grid.age_edges_s[j]
+                p_adv[s] = min(1.0, grid.step_s / width)
+                adv_to[s] = s + 1
+
+    def weight(x: npt.NDArray[np.float64]) -> FloatArray:
+        return x.astype(np.float32)[:, None, None]
+
+    return (
+        weight((1 - p_end) * (1 - p_adv)),
+        weight((1 - p_end) * p_adv),
+        weight(p_end),
+        adv_to,
+        flip_to,
+    )

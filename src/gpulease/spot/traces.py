@@ -58,6 +58,19 @@ class Trace:
                 return base + step * self.gap_seconds
         return None
 
+    def resampled(self, gap_seconds: float) -> Trace:
+        """The same availability on ticks of ``gap_seconds`` (a whole divisor of this trace's
+        tick): each tick becomes ``gap / gap_seconds`` ticks with its count."""
+        factor = self.gap_seconds / gap_seconds
+        if gap_seconds <= 0 or abs(factor - round(factor)) > 1e-9:
+            raise ValueError(
+                f"{gap_seconds} s does not divide the trace's {self.gap_seconds} s tick"
+            )
+        data = tuple(n for n in self.data for _ in range(round(factor)))
+        return Trace(
+            gap_seconds, data, self.name, {**self.metadata, "resampled_from": self.gap_seconds}
+        )
+
     def availability(self, nodes: int = 1) -> float:
         """Share of ticks in which spot is available for ``nodes``."""
         return sum(1 for n in self.data if n >= nodes) / len(self.data)
