@@ -114,14 +114,13 @@ def _notes(
     *,
     gpus_per_node: int,
     num_nodes: int,
-    fabric: str,
-    network_gbps: float,
+    where: str,
+    moe_notes: list[str],
     sharding: str,
     memory: float,
     peak: float,
     mfu: float,
     efficiency: float,
-    compute_s: float,
 ) -> tuple[str, ...]:
     gpus = gpus_per_node * num_nodes
     params = workload.model.params
@@ -138,17 +137,7 @@ def _notes(
         f"expected MFU {mfu:.0%} of {peak:g} TFLOPS {workload.precision} "
         f"({spec.generation}, {workload.model.arch} of {_size(workload)} parameters)"
     )
-    notes.extend(
-        _moe_notes(
-            workload,
-            spec,
-            gpus_per_node=gpus_per_node,
-            num_nodes=num_nodes,
-            fabric=fabric,
-            network_gbps=network_gbps,
-            compute_s=compute_s,
-        )
-    )
+    notes.extend(moe_notes)
     span = min(num_nodes, nodes_per_replica(workload, spec, gpus_per_node))
     if span > 1:
         notes.append(
@@ -157,11 +146,6 @@ def _notes(
             "the network"
         )
     if gpus > 1:
-        where = (
-            f"{num_nodes} nodes over {fabric} {network_gbps:g} Gbps"
-            if num_nodes > 1
-            else "one node"
-        )
         notes.append(f"scaling efficiency {efficiency:.0%} on {gpus} GPUs ({where})")
     model = workload.model
     if model.arch == "transformer" and (model.layers is None or model.hidden is None):
@@ -212,19 +196,30 @@ def estimate_training(
         ideal_hours / (mfu * eff),
         ideal_hours / (mfu_low * eff_low),
     )
-    notes = _notes(
+    moe_notes = _moe_notes(
         workload,
         spec,
         gpus_per_node=gpus_per_node,
         num_nodes=num_nodes,
         fabric=fabric,
         network_gbps=network_gbps,
+        compute_s=compute,
+    )
+    where = (
+        f"{num_nodes} nodes over {fabric} {network_gbps:g} Gbps" if num_nodes > 1 else "one node"
+    )
+    notes = _notes(
+        workload,
+        spec,
+        gpus_per_node=gpus_per_node,
+        num_nodes=num_nodes,
+        where=where,
+        moe_notes=moe_notes,
         sharding=sharding,
         memory=memory,
         peak=peak,
         mfu=mfu,
         efficiency=eff,
-        compute_s=compute,
     )
     return TrainingEstimate(
         total_flops=flops,
