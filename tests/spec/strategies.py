@@ -60,12 +60,12 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 
 accelerator_requests = st.builds(
     AcceleratorRequest,
-    choices=st.dictionaries(
-        st.sampled_from(KNOWN_ACCELERATORS),
-        st.one_of(st.none(), whole(64)),
+    options=st.lists(
+        st.tuples(st.sampled_from(KNOWN_ACCELERATORS), st.one_of(st.none(), whole(64))),
         min_size=1,
         max_size=4,
-    ),
+        unique=True,
+    ).map(tuple),
     ordered=st.booleans(),
 )
 

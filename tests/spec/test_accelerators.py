@@ -61,6 +61,9 @@ def test_every_canonical_name_maps_to_itself_in_any_case(name: str) -> None:
         ("HL-225", "Gaudi2"),
         ("rtx6000ada", "RTX6000-Ada"),
         ("trn1", "Trainium"),
+        ("MI300", "MI300X"),  # SkyPilot's name for the part
+        ("mi325", "MI325X"),
+        ("T4g", "T4"),  # AWS g5g: a T4 on an arm64 host
     ],
 )
 def test_aliases_map_to_the_canonical_cloud_spelling(alias: str, canonical: str) -> None:
@@ -69,12 +72,19 @@ def test_aliases_map_to_the_canonical_cloud_spelling(alias: str, canonical: str)
 
 @pytest.mark.parametrize(
     ("name", "suggestion"),
-    [("A1000", "A100"), ("H10", "H100"), ("L40SS", "L40S"), ("MI300", "MI300X")],
+    [("A1000", "A100"), ("H10", "H100"), ("L40SS", "L40S"), ("MI3000", "MI300X")],
 )
 def test_unknown_name_suggests_the_closest(name: str, suggestion: str) -> None:
     with pytest.raises(ValueError, match="did you mean") as info:
         canonical_accelerator_name(name)
     assert suggestion in str(info.value)
+    assert repr(name) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["tpu-v5e-8", "tpu-v4-32", "TPU-V6E-1", "tpu_v3"])
+def test_a_tpu_is_named_as_unsupported(name: str) -> None:
+    with pytest.raises(ValueError, match="TPUs are not supported") as info:
+        canonical_accelerator_name(name)
     assert repr(name) in str(info.value)
 
 
@@ -84,37 +94,61 @@ def test_unknown_name_without_close_match_lists_known_names() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "choices", "ordered"),
+    ("value", "options", "ordered"),
     [
-        ("A100:8", {"A100": 8}, False),
-        ("a100", {"A100": None}, False),
-        (" h100 : 4 ", {"H100": 4}, False),
-        ({"A100": 8, "H100": 8}, {"A100": 8, "H100": 8}, False),
-        ({"a100": None, "h100": 8}, {"A100": None, "H100": 8}, False),
-        ({"A100:8": None, "H100:8": None}, {"A100": 8, "H100": 8}, False),
-        ("{A100:8, H100:4}", {"A100": 8, "H100": 4}, False),
-        (["H100:8", "A100-80GB:8"], {"H100": 8, "A100-80GB": 8}, True),
-        ([{"H100": 8}, "a100"], {"H100": 8, "A100": None}, True),
-        ({"A100": 8.0}, {"A100": 8}, False),
-        ({"A100": "8"}, {"A100": 8}, False),
+        ("A100:8", [("A100", 8)], False),
+        ("a100", [("A100", None)], False),
+        ("a100:auto", [("A100", None)], False),
+        (" h100 : 4 ", [("H100", 4)], False),
+        ({"A100": 8, "H100": 8}, [("A100", 8), ("H100", 8)], False),
+        ({"a100": None, "h100": 8}, [("A100", None), ("H100", 8)], False),
+        ({"a100": "AUTO"}, [("A100", None)], False),
+        ({"A100:8": None, "H100:8": None}, [("A100", 8), ("H100", 8)], False),
+        ("{A100:8, H100:4}", [("A100", 8), ("H100", 4)], False),
+        (["H100:8", "A100-80GB:8"], [("H100", 8), ("A100-80GB", 8)], True),
+        ([{"H100": 8}, "a100"], [("H100", 8), ("A100", None)], True),
+        ({"A100": 8.0}, [("A100", 8)], False),
+        ({"A100": "8"}, [("A100", 8)], False),
+        # SkyPilot's sets with one name at several counts (any one of them)
+        (
+            {"A100:4": None, "A100:8": None, "A100-80GB:2": None},
+            [("A100", 4), ("A100", 8), ("A100-80GB", 2)],
+            False,
+        ),
+        ("{A100:4, A100:8, A100-80GB:2}", [("A100", 4), ("A100", 8), ("A100-80GB", 2)], False),
+        (["A100:8", "a100-40gb:4"], [("A100", 8), ("A100", 4)], True),
+        (["A100:8", "a100:8", "H100:8"], [("A100", 8), ("H100", 8)], True),  # repeats kept once
     ],
 )
 def test_parse_accelerators_reads_all_forms(
-    value: object, choices: dict[str, int | None], ordered: bool
+    value: object, options: list[tuple[str, int | None]], ordered: bool
 ) -> None:
-    assert parse_accelerators(value) == (choices, ordered)
+    assert parse_accelerators(value) == (options, ordered)
+
+
+@pytest.mark.parametrize(("bare", "expected"), [(1, 1), (None, None)])
+def test_a_name_without_a_count_takes_the_bare_count(
+    bare: int | None, expected: int | None
+) -> None:
+    assert parse_accelerators("L4", bare=bare) == ([("L4", expected)], False)
+    assert parse_accelerators({"L4": None, "T4": 2}, bare=bare) == (
+        [("L4", expected), ("T4", 2)],
+        False,
+    )
+    assert parse_accelerators("L4:auto", bare=bare) == ([("L4", None)], False)
 
 
 def test_a_list_keeps_its_preference_order() -> None:
-    choices, ordered = parse_accelerators(["L4:1", "A10G:1", "T4:1"])
+    options, ordered = parse_accelerators(["L4:1", "A10G:1", "T4:1"])
     assert ordered
-    assert list(choices) == ["L4", "A10G", "T4"]
+    assert [name for name, _ in options] == ["L4", "A10G", "T4"]
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("A100:x", "unknown accelerator count 'x'"),
+        ("A100:autox", "or auto"),
         ("A100:0", "positive whole number"),
         ("A100:-1", "unknown accelerator count"),
         ("A100:1.5", "unknown accelerator count"),
@@ -124,7 +158,6 @@ def test_a_list_keeps_its_preference_order() -> None:
         ({"A100:8": 8}, "give the count of A100 once"),
         ([], "at least one"),
         ({}, "at least one"),
-        (["A100:8", "a100-40gb:4"], "listed twice"),
         ([["A100"]], "expected list items"),
         ([{"A100": 8, "H100": 8}], "expected list items"),
         ({8: 8}, "accelerator name"),
@@ -139,40 +172,45 @@ def test_parse_accelerators_refuses_bad_requests(value: object, message: str) ->
 
 
 @pytest.mark.parametrize(
-    ("choices", "ordered", "written"),
+    ("options", "ordered", "written"),
     [
-        ({"A100": 8}, False, "A100:8"),
-        ({"A100": None}, False, "A100"),
-        ({"A100": 8, "H100": None}, False, {"A100": 8, "H100": None}),
-        ({"A100": 8}, True, ["A100:8"]),
-        ({"H100": 8, "A100": 8}, True, ["H100:8", "A100:8"]),
+        ([("A100", 8)], False, "A100:8"),
+        ([("A100", None)], False, "A100:auto"),
+        ([("A100", 8), ("H100", None)], False, {"A100": 8, "H100": "auto"}),
+        ([("A100", 4), ("A100", 8)], False, {"A100:4": None, "A100:8": None}),
+        ([("A100", 8)], True, ["A100:8"]),
+        ([("H100", 8), ("A100", 8)], True, ["H100:8", "A100:8"]),
     ],
 )
 def test_format_accelerators_writes_the_shortest_form(
-    choices: dict[str, int | None], ordered: bool, written: object
+    options: list[tuple[str, int | None]], ordered: bool, written: object
 ) -> None:
-    assert format_accelerators(choices, ordered) == written
+    assert format_accelerators(options, ordered) == written
 
 
-_CHOICES = st.dictionaries(
-    st.sampled_from(KNOWN_ACCELERATORS),
-    st.one_of(st.none(), st.integers(min_value=1, max_value=64)),
+_OPTIONS = st.lists(
+    st.tuples(
+        st.sampled_from(KNOWN_ACCELERATORS),
+        st.one_of(st.none(), st.integers(min_value=1, max_value=64)),
+    ),
     min_size=1,
     max_size=5,
+    unique=True,
 )
 
 
 @examples(200)
-@given(_CHOICES, st.booleans())
+@given(_OPTIONS, st.booleans())
 def test_format_then_parse_gives_the_same_request(
-    choices: dict[str, int | None], ordered: bool
+    options: list[tuple[str, int | None]], ordered: bool
 ) -> None:
-    parsed, parsed_ordered = parse_accelerators(format_accelerators(choices, ordered))
-    assert parsed == choices
-    assert list(parsed) == list(choices)
+    parsed, parsed_ordered = parse_accelerators(format_accelerators(options, ordered), bare=1)
+    assert parsed == options
     assert parsed_ordered == (ordered or False)
 
 
 def test_accelerator_request_canonicalises_names_given_in_python() -> None:
     request = AcceleratorRequest(choices={"a100_80gb": 8, "h100": None})
-    assert request.choices == {"A100-80GB": 8, "H100": None}
+    assert request.options == (("A100-80GB", 8), ("H100", None))
+    assert request.names == ("A100-80GB", "H100")
+    assert AcceleratorRequest(options=(("a100", 4), ("A100", 8))).counts_of("A100") == (4, 8)

@@ -156,7 +156,7 @@ def test_pretrain_on_spot_example() -> None:
     accelerators = task.resources.accelerators
     assert accelerators is not None
     assert accelerators.ordered
-    assert list(accelerators.choices) == ["H100", "A100-80GB", "A100"]
+    assert accelerators.names == ("H100", "A100-80GB", "A100")
     assert task.resources.disk == Minimum(1024)
     assert task.resources.max_price_per_hour == 40.0
     assert task.deadline_hours == 72.0
@@ -193,7 +193,8 @@ def _resources(yaml_text: str) -> Resources:
     ("text", "choices", "ordered"),
     [
         ("accelerators: A100:8", {"A100": 8}, False),
-        ("accelerators: A100", {"A100": None}, False),
+        ("accelerators: A100", {"A100": 1}, False),  # SkyPilot's meaning: one, without a workload
+        ("accelerators: A100:auto", {"A100": None}, False),
         ("accelerators: {A100: 8, H100: 8}", {"A100": 8, "H100": 8}, False),
         ("accelerators: {A100:8, H100:8}", {"A100": 8, "H100": 8}, False),
         ('accelerators: ["H100:8", "A100-80GB:8"]', {"H100": 8, "A100-80GB": 8}, True),

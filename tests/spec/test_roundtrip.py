@@ -67,8 +67,10 @@ def test_dump_leaves_defaults_out() -> None:
     ("accelerators", "written"),
     [
         ("A100:8", "A100:8"),
-        ("a100", "A100"),
-        ({"A100": 8, "H100": None}, {"A100": 8, "H100": None}),
+        ("a100", "A100:1"),
+        ("a100:auto", "A100:auto"),
+        ({"A100": 8, "H100": None}, {"A100": 8, "H100": 1}),
+        ({"A100:4": None, "A100:8": None}, {"A100:4": None, "A100:8": None}),
         (["h100:8"], ["H100:8"]),
     ],
 )

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from gpulease.spec import Task, dump_task, task_json_schema
 
-from .conftest import NATIVE_EXAMPLES
+from .conftest import NATIVE_EXAMPLES, SKYPILOT_EXAMPLES
 from .strategies import examples, task_fields
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -68,9 +68,33 @@ def test_native_examples_validate_against_the_schema(path: Path) -> None:
     _validator().validate(yaml.safe_load(path.read_text()))
 
 
+@pytest.mark.parametrize("path", SKYPILOT_EXAMPLES, ids=lambda p: p.stem)
+def test_skypilot_examples_validate_against_the_schema(path: Path) -> None:
+    """An editor validating a SkyPilot file against the schema flags nothing gpulease reads."""
+    _validator().validate(yaml.safe_load(path.read_text()))
+
+
+def test_skypilot_fields_are_marked_as_compatibility() -> None:
+    schema = task_json_schema()
+    resources = _properties(schema, "Resources")
+    for name in ("cloud", "infra", "any_of", "ordered", "disk_size", "ports", "labels"):
+        assert resources[name]["description"].startswith("SkyPilot compatibility: "), name
+    for name in ("service", "secrets", "config"):
+        assert _properties(schema)[name]["description"].startswith("SkyPilot compatibility: ")
+
+
 @pytest.mark.parametrize(
     "accelerators",
-    ["A100:8", "H100", {"A100": 8, "H100": 8}, {"A100:8": None}, ["H100:8", "A100-80GB:8"]],
+    [
+        "A100:8",
+        "H100",
+        "H100:auto",
+        {"A100": 8, "H100": 8},
+        {"A100": "auto"},
+        {"A100:8": None},
+        {"A100:4": None, "A100:8": None, "A100-80GB:2": None},
+        ["H100:8", "A100-80GB:8"],
+    ],
 )
 def test_all_accelerator_forms_validate(accelerators: object) -> None:
     _validator().validate({"resources": {"accelerators": accelerators}})

@@ -66,7 +66,8 @@ def test_infra_and_set_form() -> None:
     assert task.resources.cpus == Minimum(32, at_least=True)
     assert task.resources.memory == Minimum(256, at_least=True)
     assert task.resources.max_price_per_hour == 50.0
-    assert any("zone 'us-east-1a' is ignored" in message for message in messages)
+    assert task.resources.zones == ["us-east-1a"]
+    assert not any("zone" in message for message in messages)
 
 
 def test_ordered_candidates_become_a_preference_list() -> None:
@@ -105,11 +106,17 @@ def test_service_on_kubernetes() -> None:
     assert "kubernetes context 'my-context' is ignored" in joined
 
 
-def test_a_name_without_count_means_one_in_skypilot_form_only() -> None:
+def test_a_name_without_count_means_one_unless_a_workload_is_sized() -> None:
     task, _ = _parse("resources:\n  cloud: aws\n  accelerators: V100\n")
     assert task.resources.accelerators == AcceleratorRequest(choices={"V100": 1})  # type: ignore[attr-defined]
     native = parse_task("resources:\n  provider: aws\n  accelerators: V100\n")
-    assert native.resources.accelerators == AcceleratorRequest(choices={"V100": None})
+    assert native.resources.accelerators == AcceleratorRequest(choices={"V100": 1})
+    sized = parse_task(
+        "resources:\n  accelerators: V100\nworkload:\n  model: {params: 7B}\n  tokens: 1B\n"
+    )
+    assert sized.resources.accelerators == AcceleratorRequest(choices={"V100": None})
+    asked = parse_task("resources:\n  accelerators: V100:auto\n")
+    assert asked.resources.accelerators == AcceleratorRequest(choices={"V100": None})
 
 
 @pytest.mark.parametrize(
@@ -140,7 +147,6 @@ def test_infra_strings(infra: str, providers: list[str] | None, regions: list[st
         ("accelerator_args", "{tpu_vm: true}"),
         ("autostop", "10"),
         ("priority", "5"),
-        ("zone", "us-east-1a"),
         ("_cluster_config_overrides", "{}"),
     ],
 )
@@ -220,9 +226,9 @@ def test_load_task_emits_warnings_as_spec_warnings() -> None:
         ),
         (
             "resources:\n  cloud: aws\n  any_of:\n    - {cloud: gcp, accelerators: A100}\n",
-            "resources.any_of",
-            3,
-            "either here or in resources",
+            "resources.any_of[0].cloud",
+            4,
+            "conflicts with resources.cloud",
         ),
         (
             "resources:\n  job_recovery: {max_restarts_on_errors: -1}\n",
@@ -257,3 +263,76 @@ def test_errors_in_skypilot_fields_name_what_the_user_wrote(
         parse_task_with_warnings(text, "sky.yaml")
     assert (info.value.field, info.value.line) == (field, line)
     assert message in info.value.message
+
+
+# --- issue 14: what real SkyPilot files use ------------------------------------------------------
+
+
+def test_a_set_with_one_name_at_several_counts_means_any_of_them() -> None:
+    task, _ = _parse("resources:\n  accelerators: {A100:4, A100:8, A100-80GB:2}\n")
+    request = task.resources.accelerators  # type: ignore[attr-defined]
+    assert request.options == (("A100", 4), ("A100", 8), ("A100-80GB", 2))
+    assert not request.ordered
+    assert request.counts_of("A100") == (4, 8)
+
+
+def test_any_of_spot_and_on_demand_means_either() -> None:
+    task, messages = _parse(
+        """\
+        resources:
+          accelerators: A100:8
+          any_of:
+            - use_spot: true
+            - use_spot: false
+        """
+    )
+    assert task.resources.use_spot == "auto"  # type: ignore[attr-defined]
+    assert task.resources.accelerators == AcceleratorRequest(choices={"A100": 8})  # type: ignore[attr-defined]
+    assert not any("ignored" in message or "differs" in message for message in messages[1:])
+
+
+def test_ordered_entries_with_only_a_region_join_the_cloud_in_resources() -> None:
+    task, _ = _parse(
+        """\
+        resources:
+          cloud: aws
+          accelerators: A100:8
+          ordered:
+            - region: us-east-1
+            - region: us-west-2
+        """
+    )
+    assert task.resources.providers == ["aws"]  # type: ignore[attr-defined]
+    assert task.resources.regions == ["us-east-1", "us-west-2"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "zones", "regions"),
+    [
+        ("resources:\n  zone: us-east-1a\n", ["us-east-1a"], None),
+        ("resources:\n  infra: aws/us-east-1/us-east-1b\n", ["us-east-1b"], ["us-east-1"]),
+        (
+            "resources:\n  any_of:\n    - {zone: us-central1-a}\n    - {zone: us-central1-b}\n",
+            ["us-central1-a", "us-central1-b"],
+            None,
+        ),
+    ],
+)
+def test_zones_are_honoured(text: str, zones: list[str], regions: list[str] | None) -> None:
+    task, messages = _parse(text)
+    assert task.resources.zones == zones  # type: ignore[attr-defined]
+    assert task.resources.regions == regions  # type: ignore[attr-defined]
+    assert not any("zone" in message and "ignored" in message for message in messages)
+
+
+@pytest.mark.parametrize("where", ["cloud: kubernetes", "infra: k8s", "infra: k8s/my-context"])
+def test_kubernetes_is_named_as_not_there_yet(where: str) -> None:
+    task, messages = _parse(f"resources:\n  {where}\n  accelerators: L4\n")
+    assert task.resources.providers == ["kubernetes"]  # type: ignore[attr-defined]
+    assert any("gpulease has no Kubernetes provider yet" in message for message in messages)
+
+
+def test_a_pipeline_file_is_named_as_not_supported_yet() -> None:
+    with pytest.raises(SpecError, match="pipelines are not supported yet") as info:
+        _parse("name: pipeline\n---\nname: a\nrun: echo a\n---\nname: b\nrun: echo b\n")
+    assert info.value.line == 2

@@ -27,8 +27,18 @@ def plan(
     top: Annotated[int, typer.Option("--top", "-n", help="How many plans to show.", min=1)] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every reason.")] = False,
+    run_hours: Annotated[
+        float | None,
+        typer.Option(
+            "--hours",
+            help="Run time in hours of a task without a workload: every plan takes that "
+            "long, so plans get a cost and -o fastest has a time to rank by.",
+        ),
+    ] = None,
 ) -> None:
-    """Plan a task: what to rent, where, how long it takes and what it costs."""
+    """Plan a task: what to rent, where, how long it takes and what it costs.
+
+    Exits 0 with plans, 1 when no offer fits (the rejections say why), 2 on bad input."""
     import warnings
 
     from gpulease.config import load_config
@@ -54,16 +64,32 @@ def plan(
             top=top,
             launchable=frozenset(providers),
             config=config,
+            hours=run_hours,
         )
     if as_json:
         data = result.to_dict()
         data["warnings"] = spec_warnings
         print_json(data)
-        return
-    err = console(stderr=True)
-    for warning in spec_warnings:
-        err.print(f"[yellow]warning:[/] {warning}")
-    render(result, title=task.name or task_file.name, verbose=verbose)
+    else:
+        err = console(stderr=True)
+        for warning in spec_warnings:
+            err.print(f"[yellow]warning:[/] {warning}")
+        render(result, title=task.name or task_file.name, verbose=verbose)
+    if not result.plans:
+        _no_plan(result)
+
+
+def _no_plan(result: PlanResult) -> None:
+    """Exit 1, the rejection summary on stderr: a script tells "no offer fits" from success
+    (0) and from bad input (2)."""
+    last = f"; the last offers left: {result.rejected[-1].reason}" if result.rejected else ""
+    console(stderr=True).print(
+        f"[red]error:[/] no feasible plan: none of {result.offers_considered} offers fits the "
+        f"task{last}",
+        markup=True,
+        highlight=False,
+    )
+    raise typer.Exit(1)
 
 
 def render(result: PlanResult, *, title: str, verbose: bool) -> None:

@@ -75,12 +75,12 @@ def resolve_gpus(
 ) -> tuple[AcceleratorSpec, int]:
     """``"H800:8"`` → (the H800's spec, 8 per node); ``option`` names the argument in errors."""
     try:
-        choices, _ = parse_accelerators(text)
+        options, _ = parse_accelerators(text)
     except ValueError as exc:
         raise UserInputError(f"{option}: {exc}") from None
-    if len(choices) != 1:
+    if len(options) != 1:
         raise UserInputError(f"{option}: give one accelerator as NAME:COUNT, e.g. H800:8")
-    [(name, count)] = choices.items()
+    [(name, count)] = options
     if count is None:
         raise UserInputError(f"{option}: give the GPUs per node as NAME:COUNT, e.g. {name}:8")
     spec = _part(text.partition(":")[0].strip(), name, catalog)

@@ -32,7 +32,7 @@ class Limits:
     deadline_h: float | None
     budget_usd: float | None
     max_price_per_hour: float | None
-    has_workload: bool
+    has_hours: bool
 
 
 @dataclass(slots=True)
@@ -95,7 +95,7 @@ def build_pricing_grid(
     nodes = nodes_k[g_config]
     base = hours_k[g_config]
     hours = base[..., 1].copy()
-    if spot and limits.has_workload:
+    if spot and limits.has_hours:
         rate = spot_overhead.hourly_rates(g_band)[:, 1:2]
         hours = hours * spot_overhead.stretch_factor(rate, nodes, loss_h)
     grid = PricingGrid(
@@ -131,17 +131,17 @@ def _choose(grid: PricingGrid, limits: Limits, objective: Objective) -> None:
     if m == 0 or grid.nodes.shape[1] == 0:
         return
     fits = np.isfinite(grid.nodes)
-    if limits.has_workload:
+    if limits.has_hours:
         fits &= np.isfinite(grid.hours)
     in_time = fits
-    if limits.deadline_h and limits.has_workload:
+    if limits.deadline_h and limits.has_hours:
         with np.errstate(invalid="ignore"):
             in_time = fits & (grid.hours <= limits.deadline_h)
     unit = grid.unit_cost()
     with np.errstate(divide="ignore"):
         budget_unit = (
             limits.budget_usd / grid.price
-            if limits.budget_usd and limits.has_workload
+            if limits.budget_usd and limits.has_hours
             else np.full(m, np.inf)
         )
         cap_nodes = (

@@ -7,7 +7,8 @@ providers, regions, data policy, host size, pricing availability).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,6 +33,7 @@ def apply_resource_constraints(
     _cpu_arch(funnel, offers, resources.cpu_arch)
     _providers(funnel, offers, resources)
     _regions(funnel, offers, resources)
+    _zones(funnel, offers, resources.zones)
     if data_classes:
         verdict = evaluate_data_policy(
             data_classes,
@@ -60,7 +62,7 @@ def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> N
     request = resources.accelerators
     if request is None:
         return
-    names = list(request.choices)
+    names = list(request.names)
     funnel.apply(
         np.isin(offers.accelerator, names),
         lambda m: (
@@ -68,20 +70,24 @@ def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> N
             f"these have {examples(offers.accelerator[m])})"
         ),
     )
-    count_ok = np.ones(len(offers), dtype=bool)
-    for name, count in request.choices.items():
-        if count is not None:
-            count_ok &= ~((offers.accelerator == name) & (offers.gpu_count != count))
-    funnel.apply(count_ok, lambda m: _count_reason(offers, m, request.choices))
+    count_ok = np.zeros(len(offers), dtype=bool)
+    for name, count in request.options:
+        same = offers.accelerator == name
+        count_ok |= same if count is None else same & (offers.gpu_count == count)
+    funnel.apply(count_ok, lambda m: _count_reason(offers, m, request.options))
 
 
-def _count_reason(offers: OfferTable, removed: Mask, choices: Mapping[str, int | None]) -> str:
+def _count_reason(
+    offers: OfferTable, removed: Mask, options: Sequence[tuple[str, int | None]]
+) -> str:
     parts = []
-    for name, count in choices.items():
+    for name in dict.fromkeys(name for name, _ in options):
+        counts = [count for option, count in options if option == name]
         here = removed & (offers.accelerator == name)
-        if count is not None and here.any():
+        if None not in counts and here.any():
             have = examples(int(c) for c in set(offers.gpu_count[here].tolist()))
-            parts.append(f"{name}:{count} asked, these nodes have {have}")
+            asked = " or ".join(f"{name}:{count}" for count in counts)
+            parts.append(f"{asked} asked, these nodes have {have}")
     return "GPUs per node differ from the request (" + "; ".join(parts) + ")"
 
 
@@ -112,11 +118,12 @@ def _cpu_arch(funnel: Funnel, offers: OfferTable, wanted: str) -> None:
 def _providers(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
     if resources.providers:
         allowed = [p.lower() for p in resources.providers]
+        absent = _absent_providers(offers, allowed)
         funnel.apply(
             np.isin(offers.provider, allowed),
             lambda m: (
                 f"provider not in the allow-list {', '.join(allowed)} "
-                f"({examples(offers.provider[m])})"
+                f"({examples(offers.provider[m])}){absent}"
             ),
         )
     if resources.exclude_providers:
@@ -125,6 +132,19 @@ def _providers(funnel: Funnel, offers: OfferTable, resources: Resources) -> None
             ~np.isin(offers.provider, excluded),
             lambda m: f"provider excluded ({examples(offers.provider[m])})",
         )
+
+
+def _absent_providers(offers: OfferTable, allowed: Sequence[str]) -> str:
+    """Why an allowed provider has no offers at all: gpulease has no such provider (yet), or
+    this install does not sell through it."""
+    missing = [name for name in allowed if not (offers.provider == name).any()]
+    notes = [
+        "gpulease has no Kubernetes provider yet"
+        if name == "kubernetes"
+        else f"{name} has no offers in this install's catalog"
+        for name in missing
+    ]
+    return "; " + "; ".join(notes) if notes else ""
 
 
 def _regions(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
@@ -141,6 +161,34 @@ def _regions(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
         excluded = list(resources.exclude_regions)
         out = ~(np.isin(offers.region, excluded) | np.isin(offers.zone, excluded))
         funnel.apply(out, lambda m: f"region excluded ({examples(offers.region[m])})")
+
+
+_ZONE_SUFFIX = re.compile(r"-?[a-z]$")
+
+
+def region_of_zone(zone: str) -> str:
+    """The region a zone name implies: ``us-east-1a`` → ``us-east-1``, ``us-central1-a`` →
+    ``us-central1``; a name without a zone letter (Azure's ``1``) is its own answer."""
+    return _ZONE_SUFFIX.sub("", zone.strip())
+
+
+def _zones(funnel: Funnel, offers: OfferTable, zones: Sequence[str] | None) -> None:
+    """Keep offers in an allowed zone. An offer whose zone is not named after its region (no
+    zone, or an AWS zone id such as ``use1-az1``, which maps to names differently in every
+    account) passes when its region is the zone's region: the launch then asks for the zone."""
+    if not zones:
+        return
+    wanted = list(zones)
+    regions = [region_of_zone(zone) for zone in wanted]
+    named = np.char.startswith(offers.zone.astype(str), offers.region.astype(str))
+    ok = np.isin(offers.zone, wanted) | (~named & np.isin(offers.region, regions))
+    funnel.apply(
+        ok,
+        lambda m: (
+            f"zone not in the allow-list {', '.join(wanted)} "
+            f"({examples(np.where(offers.zone[m] == '', offers.region[m], offers.zone[m]))})"
+        ),
+    )
 
 
 def _host_minimum(

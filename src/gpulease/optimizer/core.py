@@ -52,15 +52,20 @@ def plan_all(
     launchable: frozenset[str] = frozenset(),
     config: Mapping[str, Any] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    hours: float | None = None,
 ) -> PlanResult:
     """Enumerate, price and rank every feasible way to run ``task``.
 
     ``launchable`` names the providers this install can rent on; plans elsewhere are advice.
+    ``hours`` is the run time of a task without a workload (there is nothing to estimate it
+    from): every plan takes that long, so costs, the budget and the deadline can be checked,
+    and ``fastest`` has a time to rank by.
     """
     if objective not in OBJECTIVES:
         raise UserInputError(f"objective: {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if top < 1:
         raise UserInputError("top: must be at least 1")
+    _check_run_hours(task, objective, hours)
     catalog = catalog or Catalog.load()
     if config is None:
         from gpulease.config import load_config
@@ -84,7 +89,7 @@ def plan_all(
     sub = offers if index.size == len(offers) else offers.take(index)
     prices = {p: col[index] for p, col in prices_all.items()}
     first, config_of = _config_keys(offers, index)
-    sizings = _size_configs(task, catalog, sub, first, max_nodes)
+    sizings = _size_configs(task, catalog, sub, first, max_nodes=max_nodes, hours=hours)
     ctx = Context(
         task=task,
         catalog=catalog,
@@ -94,10 +99,18 @@ def plan_all(
         config_of=config_of,
         objective=objective,
         launchable=launchable,
+        run_hours=hours,
     )
     ctx.peak_node = node_peaks(ctx)
     grids = _grids(
-        task, sub, sizings, config_of, pricings=pricings, prices=prices, objective=objective
+        task,
+        sub,
+        sizings,
+        config_of,
+        pricings=pricings,
+        prices=prices,
+        objective=objective,
+        has_hours=ctx.has_hours,
     )
     explain(funnel, ctx, grids)
     preference_filter(funnel, ctx)
@@ -107,10 +120,27 @@ def plan_all(
         pareto=tuple(pareto),
         rejected=tuple(funnel.rejected),
         objective=objective,
-        notes=tuple(_notes(task, catalog, plans)),
+        notes=tuple(_notes(task, catalog, plans, hours)),
         offers_considered=len(offers),
         offers_feasible=int(np.count_nonzero(ctx.keep)),
     )
+
+
+def _check_run_hours(task: Task, objective: str, hours: float | None) -> None:
+    if hours is not None:
+        if not (math.isfinite(hours) and hours > 0):
+            raise UserInputError(f"hours: the run time must be a positive number, got {hours!r}")
+        if task.workload is not None:
+            raise UserInputError(
+                "hours: the task has a workload, and its hours are estimated from it; "
+                "leave --hours out (it is the run time of a task without a workload)"
+            )
+    elif objective == "fastest" and task.workload is None:
+        raise UserInputError(
+            "objective: fastest needs a run time to minimise, and the task has no workload to "
+            "estimate it from; give the run time with --hours H (every plan then takes H hours, "
+            "and the cheapest of them wins) or add a workload: section"
+        )
 
 
 def _pricings(task: Task) -> tuple[Pricing, ...]:
@@ -169,7 +199,13 @@ def _config_keys(offers: OfferTable, index: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _size_configs(
-    task: Task, catalog: Catalog, sub: OfferTable, first: np.ndarray, max_nodes: int
+    task: Task,
+    catalog: Catalog,
+    sub: OfferTable,
+    first: np.ndarray,
+    *,
+    max_nodes: int,
+    hours: float | None,
 ) -> list[ConfigSizing]:
     workload = task.workload
     sizings: list[ConfigSizing] = []
@@ -177,7 +213,7 @@ def _size_configs(
         spec = catalog.spec_for(str(sub.part[row]))
         gpn = int(sub.gpu_count[row])
         if workload is None:
-            sizings.append(size_without_workload(task.num_nodes))
+            sizings.append(size_without_workload(task.num_nodes, hours))
         elif workload.kind == "inference":
             sizings.append(
                 size_inference(workload, spec, gpus_per_node=gpn, fixed_nodes=task.num_nodes)
@@ -208,6 +244,7 @@ def _grids(
     pricings: tuple[Pricing, ...],
     prices: dict[Pricing, np.ndarray],
     objective: Objective,
+    has_hours: bool,
 ) -> list[PricingGrid]:
     nodes_k = np.stack([s.nodes for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS))
     hours_k = np.stack([s.hours for s in sizings]) if sizings else np.empty((0, MAX_OPTIONS, 3))
@@ -219,7 +256,7 @@ def _grids(
         deadline_h=task.deadline_hours,
         budget_usd=task.budget_usd,
         max_price_per_hour=task.resources.max_price_per_hour,
-        has_workload=task.workload is not None,
+        has_hours=has_hours,
     )
     return [
         build_pricing_grid(
@@ -237,7 +274,7 @@ def _grids(
     ]
 
 
-def _notes(task: Task, catalog: Catalog, plans: list[Plan]) -> list[str]:
+def _notes(task: Task, catalog: Catalog, plans: list[Plan], hours: float | None) -> list[str]:
     notes = []
     age = catalog.age_days()
     if age > STALE_AFTER_DAYS:
@@ -245,13 +282,18 @@ def _notes(task: Task, catalog: Catalog, plans: list[Plan]) -> list[str]:
             f"catalog prices are {age} days old (as of {catalog.as_of}); "
             "run `gpulease catalog update` for live prices"
         )
-    if task.workload is None:
+    if task.workload is None and hours is not None:
+        notes.append(
+            f"no workload given: every plan takes the {hours:g} h run time you gave, so cost is "
+            "hours × price (spot plans include expected restarts)"
+        )
+    elif task.workload is None:
         notes.append(
             "no workload given: hours and cost can't be estimated, so plans are ranked "
-            "by hourly price; add `workload:` for time and cost estimates"
+            "by hourly price; add `workload:` (or --hours) for time and cost estimates"
         )
         if task.deadline_hours or task.budget_usd:
-            notes.append("deadline and budget need a workload to be checked")
+            notes.append("deadline and budget need a workload (or --hours) to be checked")
     if plans and not any(p.launchable for p in plans):
         notes.append("no plan is launchable from this install yet: plans are advice")
     if not plans:

@@ -33,7 +33,7 @@ def plan_reasons(
 
 def _position(task: Task, objective: Objective, plan: Plan, first: Plan | None) -> str:
     if first is None:
-        return _why_first(task, objective)
+        return _why_first(task, objective, plan)
     if plan.est_cost and first.est_cost:
         extra = plan.est_cost.expected - first.est_cost.expected
         pct = 100 * extra / first.est_cost.expected if first.est_cost.expected else 0.0
@@ -57,13 +57,19 @@ def _signed_money(value: float, digits: int = 0) -> str:
     return f"{'+' if value >= 0 else '-'}${abs(value):,.{digits}f}"
 
 
-def _why_first(task: Task, objective: Objective) -> str:
+def _why_first(task: Task, objective: Objective, plan: Plan) -> str:
     within = []
-    if task.deadline_hours and task.workload:
+    if task.deadline_hours and plan.est_hours:
         within.append(f"meets the {task.deadline_hours:g} h deadline")
-    if task.budget_usd and task.workload:
+    if task.budget_usd and plan.est_hours:
         within.append(f"within the ${task.budget_usd:,.0f} budget")
     suffix = (" that " + " and ".join(within)) if within else ""
+    if task.workload is None and plan.est_hours is not None:
+        given = f"{plan.est_hours.expected:g} h" if plan.pricing != "spot" else "given"
+        if objective == "fastest":
+            return f"every plan takes the run time given ({given}): the cheapest of them{suffix}"
+        if objective == "cheapest":
+            return f"cheapest plan for the run time given ({given}){suffix}"
     if objective == "fastest":
         return f"fastest plan{suffix}"
     if objective == "price-per-tflop":

@@ -13,6 +13,7 @@ import numpy.typing as npt
 from gpulease.catalog import Catalog
 from gpulease.catalog.types import OfferTable
 from gpulease.optimizer.candidates import BUDGET, DEADLINE, FITS, PRICE_CAP, PricingGrid
+from gpulease.optimizer.constraints import region_of_zone
 from gpulease.optimizer.explain import plan_reasons
 from gpulease.optimizer.funnel import Funnel, examples
 from gpulease.optimizer.plan import Objective, Plan, Range
@@ -36,12 +37,14 @@ class Context:
     config_of: npt.NDArray[np.int64]
     objective: Objective
     launchable: frozenset[str]
+    run_hours: float | None = None  # the user's run time, for a task without a workload
     keep: Mask = field(default_factory=lambda: np.zeros(0, dtype=bool))
     peak_node: F = field(default_factory=lambda: np.zeros(0))  # dense TFLOPS per node
 
     @property
-    def has_workload(self) -> bool:
-        return self.task.workload is not None
+    def has_hours(self) -> bool:
+        """Whether plans have hours: estimated from a workload, or the run time given."""
+        return self.task.workload is not None or self.run_hours is not None
 
 
 def node_peaks(ctx: Context) -> F:
@@ -172,13 +175,19 @@ def _best_by_part(ctx: Context, best_offer: F, bad: Mask, fmt: str) -> str:
     return shown + (f", … (+{len(ordered) - 5})" if len(ordered) > 5 else "")
 
 
+def _option(name: str, count: int | None) -> str:
+    return name if count is None else f"{name}:{count}"
+
+
 def preference_filter(funnel: Funnel, ctx: Context) -> None:
     """With an ordered accelerator list, keep only the first accelerator that has a plan."""
     request = ctx.task.resources.accelerators
     if request is None or not request.ordered or not ctx.keep.any():
         return
-    for name in request.choices:
+    for name, count in request.options:
         has = ctx.keep & (ctx.offers.accelerator == name)
+        if count is not None:
+            has &= ctx.offers.gpu_count == count
         if has.any():
             later = ctx.keep & ~has
             if later.any():
@@ -186,8 +195,8 @@ def preference_filter(funnel: Funnel, ctx: Context) -> None:
                     funnel,
                     ctx,
                     later,
-                    f"lower in the preference order than {name}, which has feasible plans "
-                    f"({examples(ctx.offers.accelerator[later])})",
+                    f"lower in the preference order than {_option(name, count)}, which has "
+                    f"feasible plans ({examples(ctx.offers.accelerator[later])})",
                 )
             ctx.keep = has
             return
@@ -222,7 +231,7 @@ def _scores(
     nodes = grid.nodes[g, opt]
     plan_price = grid.price[i] * nodes
     peak = ctx.peak_node[i] * nodes
-    if ctx.has_workload:
+    if ctx.has_hours:
         hours = grid.hours[g, opt]
         cost = plan_price * hours
     else:
@@ -265,11 +274,11 @@ def _pareto(ctx: Context, grids: list[PricingGrid]) -> list[Plan]:
                 nodes = float(grid.nodes[g, opt])
                 hours = (
                     float(grid.hours[g, opt])
-                    if ctx.has_workload
+                    if ctx.has_hours
                     else 1 / max(float(ctx.peak_node[i]) * nodes, 1e-9)
                 )
                 cells.append((p, int(i), int(opt)))
-                cost.append(float(grid.price[i]) * nodes * (hours if ctx.has_workload else 1.0))
+                cost.append(float(grid.price[i]) * nodes * (hours if ctx.has_hours else 1.0))
                 time.append(hours)
     if not cells:
         return []
@@ -292,7 +301,7 @@ def _options_ok(ctx: Context, grid: PricingGrid, i: int) -> Mask:
     price = float(grid.price[i])
     ok: Mask = np.isfinite(nodes)
     task = ctx.task
-    if ctx.has_workload:
+    if ctx.has_hours:
         ok &= np.isfinite(hours)
         with np.errstate(invalid="ignore"):
             if task.deadline_hours:
@@ -318,10 +327,24 @@ def _cheapest_per_group(ctx: Context, grid: PricingGrid) -> list[int]:
     return picked
 
 
+def _plan_zone(ctx: Context, grid: PricingGrid, i: int) -> str | None:
+    """The zone a plan names: a spot offer's own zone (spot prices are per zone); where the task
+    asks for zones, the asked zone (an offer listed per region or by zone id takes the asked
+    zone of its region)."""
+    zone = str(ctx.offers.zone[i])
+    asked = ctx.task.resources.zones
+    if asked:
+        if zone in asked:
+            return zone
+        region = str(ctx.offers.region[i])
+        return next((z for z in asked if region_of_zone(z) == region), None)
+    return (zone or None) if grid.pricing == "spot" else None
+
+
 def _dedupe_key(ctx: Context, grids: list[PricingGrid], cell: Cell) -> tuple[object, ...]:
     p, i, opt = cell
     grid = grids[p]
-    zone = str(ctx.offers.zone[i]) if grid.pricing == "spot" else ""
+    zone = _plan_zone(ctx, grid, i) or ""
     return (
         str(ctx.offers.provider[i]),
         str(ctx.offers.region[i]),
@@ -357,14 +380,14 @@ def _make_plan(
     sizing = ctx.sizings[int(ctx.config_of[i])]
     nodes = int(grid.nodes[grid.group[i], opt])
     gpus = int(offers.gpu_count[i]) * nodes
-    hours, cost = grid.ranges(i, opt) if ctx.has_workload else (None, None)
+    hours, cost = grid.ranges(i, opt) if ctx.has_hours else (None, None)
     gpu_hours = Range(hours.low * gpus, hours.expected * gpus, hours.high * gpus) if hours else None
     band = int(offers.interruption_band[i])
     plan = Plan(
         rank=rank,
         provider=str(offers.provider[i]),
         region=str(offers.region[i]),
-        zone=(str(offers.zone[i]) or None) if grid.pricing == "spot" else None,
+        zone=_plan_zone(ctx, grid, i),
         instance_type=str(offers.instance_type[i]),
         accelerator=str(offers.accelerator[i]),
         part=str(offers.part[i]),

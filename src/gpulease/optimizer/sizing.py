@@ -65,9 +65,13 @@ def _no_point_in_more_nodes(hours: npt.NDArray[np.float64], slot: int) -> bool:
     return slot > 0 and hours[slot] > (1 - MIN_DOUBLING_GAIN) * hours[slot - 1]
 
 
-def size_without_workload(fixed_nodes: int | None) -> ConfigSizing:
+def size_without_workload(fixed_nodes: int | None, hours: float | None = None) -> ConfigSizing:
+    """One option: the task's nodes (1 by default), taking ``hours`` (the user's run time, when
+    given; else no hours)."""
     sizing = _empty()
     sizing.nodes[0] = fixed_nodes or 1
+    if hours is not None:
+        sizing.hours[0] = (hours, hours, hours)
     sizing.notes.append(())
     sizing.sharding.append(None)
     sizing.mfu.append(math.nan)

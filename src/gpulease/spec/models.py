@@ -104,39 +104,60 @@ class _Model(BaseModel):
 class AcceleratorRequest(_Model):
     """Which accelerators are acceptable.
 
-    ``choices`` maps a canonical accelerator name (``A100-80GB``) to a GPU count per node, or None
-    when the count is left to the optimizer. ``ordered`` is True for a preference list (the first
-    feasible wins), False for "any one of them, cheapest wins".
+    ``options`` lists ``(name, count)`` pairs: a canonical accelerator name (``A100-80GB``) and a
+    GPU count per node, or None when the count is left to the optimizer. One name may come at
+    several counts (SkyPilot's ``{A100:4, A100:8}``). ``ordered`` is True for a preference list
+    (the first feasible wins), False for "any one of them, cheapest wins". ``choices={name:
+    count}`` is accepted as input for a request with one count per name.
     """
 
-    choices: dict[str, int | None] = Field(min_length=1)
+    options: tuple[tuple[str, int | None], ...] = Field(min_length=1)
     ordered: bool = False
 
-    @field_validator("choices")
+    @model_validator(mode="before")
     @classmethod
-    def _canonical_choices(cls, choices: dict[str, int | None]) -> dict[str, int | None]:
-        canonical: dict[str, int | None] = {}
-        for name, count in choices.items():
+    def _from_choices(cls, data: object) -> object:
+        if isinstance(data, Mapping) and "choices" in data and "options" not in data:
+            rest = {key: value for key, value in data.items() if key != "choices"}
+            return {**rest, "options": tuple(dict(data["choices"]).items())}
+        return data
+
+    @field_validator("options")
+    @classmethod
+    def _canonical_options(
+        cls, options: tuple[tuple[str, int | None], ...]
+    ) -> tuple[tuple[str, int | None], ...]:
+        canonical: list[tuple[str, int | None]] = []
+        for name, count in options:
             if count is not None and count < 1:
                 raise ValueError(f"accelerator count must be positive, got {name}:{count}")
-            canonical[canonical_accelerator_name(name)] = count
-        if len(canonical) != len(choices):
-            raise ValueError("an accelerator is listed twice under different spellings")
-        return canonical
+            option = (canonical_accelerator_name(name), count)
+            if option not in canonical:
+                canonical.append(option)
+        return tuple(canonical)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The accelerator names asked for, each once, in the order given."""
+        return tuple(dict.fromkeys(name for name, _ in self.options))
+
+    def counts_of(self, name: str) -> tuple[int | None, ...]:
+        """The GPUs per node acceptable for ``name`` (None: any count the optimizer sizes)."""
+        return tuple(count for option, count in self.options if option == name)
 
 
 def _accelerator_request(value: object) -> object:
     """Read ``"A100:8"``, ``{A100: 8, H100: 8}`` or ``["H100:8", "A100:8"]``; see accelerators."""
     if value is None or isinstance(value, AcceleratorRequest):
         return value
-    if isinstance(value, Mapping) and "choices" in value:  # the internal form, from model_dump()
-        return value
-    choices, ordered = parse_accelerators(value)
-    return AcceleratorRequest(choices=choices, ordered=ordered)
+    if isinstance(value, Mapping) and ("options" in value or "choices" in value):
+        return value  # the internal form, from model_dump()
+    options, ordered = parse_accelerators(value)
+    return AcceleratorRequest(options=tuple(options), ordered=ordered)
 
 
 def _format_request(request: AcceleratorRequest) -> object:
-    return format_accelerators(request.choices, request.ordered)
+    return format_accelerators(request.options, request.ordered)
 
 
 Accelerators = Annotated[
@@ -282,6 +303,9 @@ class Resources(_Model):
     """Allowed providers (also 'provider'): aws, sim, local, slurm, kubernetes, …; unset: all."""
     regions: NonEmptyNames | None = None
     """Allowed regions (also 'region'); unset: all."""
+    zones: NonEmptyNames | None = None
+    """Allowed zones (also 'zone', SkyPilot's field): us-east-1a, us-central1-a; each implies its
+    region. Unset: any zone of an allowed region."""
     exclude_providers: ExcludedProviders = Field(default_factory=list)
     """Providers never to use."""
     exclude_regions: Names = Field(default_factory=list)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulease.errors import SpecError
-from gpulease.spec.accelerators import format_accelerators, parse_accelerators
+from gpulease.spec.accelerators import Option, format_accelerators, parse_accelerators
 from gpulease.spec.yaml_lines import Document, Path, format_path
 
 __all__ = ["Normalized", "normalize"]
@@ -53,9 +53,8 @@ _IGNORED_RESOURCES = {
     "priority": "not supported",
     "priority_class": "not supported",
     "volumes": "volumes are not supported",
-    "zone": "zones are chosen by the optimizer",
 }
-_NATIVE_RENAMES = {"provider": "providers", "region": "regions"}
+_NATIVE_RENAMES = {"provider": "providers", "region": "regions", "zone": "zones"}
 _SKYPILOT_RENAMES = {"disk_size": "disk", "max_hourly_cost": "max_price_per_hour"}
 _LOCATION_FIELDS = ("cloud", "infra", "region", "zone")
 
@@ -135,7 +134,6 @@ def normalize(doc: Document) -> Normalized:
         data["resources"] = _resources(step, dict(data["resources"]), data)
     step.out.warnings = [warning for _, warning in sorted(step.pending, key=lambda item: item[0])]
     if step.out.skypilot:
-        _skypilot_counts(step, data)
         found = ", ".join(format_path(path) for path in step.out.skypilot)
         notice = f"read as a SkyPilot task (SkyPilot fields: {found})"
         step.out.warnings.insert(0, f"{doc.source}: {notice}" if doc.source else notice)
@@ -185,15 +183,30 @@ def _envs(step: _Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
 def _resources(step: _Pass, res: dict[Any, Any], task: dict[Any, Any]) -> dict[Any, Any]:
     if "any_of" in res and "ordered" in res:
         raise step.fail((*_RES, "ordered"), "give either any_of or ordered, not both")
+    bare = _bare_count(task)
     for key in ("any_of", "ordered"):
         if key in res:
             step.skypilot_field((*_RES, key))
-            res = _merge_candidates(step, res, key)
+            res = _merge_candidates(step, res, key, bare)
     origins = {key: step.out.origin((*_RES, key)) for key in res}  # before any field moves
     out: dict[Any, Any] = {}
     for key, value in res.items():
         _resource_field(step, out, task, (key, value), origins[key])
+    _accelerator_counts(step, out, bare)
+    _no_kubernetes_yet(step, out)
     return out
+
+
+def _no_kubernetes_yet(step: _Pass, res: dict[Any, Any]) -> None:
+    providers = res.get("providers")
+    names = [providers] if isinstance(providers, str) else providers
+    if isinstance(names, list) and any(
+        isinstance(name, str) and name.strip().lower() in ("k8s", "kubernetes") for name in names
+    ):
+        step.warn(
+            step.out.origin((*_RES, "providers")),
+            "gpulease has no Kubernetes provider yet: no plan runs on kubernetes",
+        )
 
 
 def _resource_field(
@@ -237,7 +250,7 @@ def _location(step: _Pass, out: dict[Any, Any], key: str, value: Any, origin: Pa
     if region and region != "*":
         step.put(out, _RES, "regions", region, origin)
     if zone:
-        step.warn(origin, f"zone {zone!r} is ignored (zones are chosen by the optimizer)")
+        step.put(out, _RES, "zones", zone, origin)
 
 
 def _job_recovery(step: _Pass, value: Any, origin: Path) -> Any:
@@ -256,9 +269,13 @@ def _job_recovery(step: _Pass, value: Any, origin: Path) -> Any:
 # --- any_of / ordered ----------------------------------------------------------------------------
 
 
-def _merge_candidates(step: _Pass, res: dict[Any, Any], key: str) -> dict[Any, Any]:
+def _merge_candidates(
+    step: _Pass, res: dict[Any, Any], key: str, bare: int | None
+) -> dict[Any, Any]:
     """Fold SkyPilot's candidate list into one request: the accelerators become a choice (any_of)
-    or a preference list (ordered); clouds and regions are pooled; other fields must agree."""
+    or a preference list (ordered); clouds, regions and zones are pooled (an entry's region joins
+    a cloud given in ``resources``); ``use_spot`` that differs means either (``auto``); other
+    fields must agree."""
     path = (*_RES, key)
     entries = res.pop(key)
     if (
@@ -268,37 +285,35 @@ def _merge_candidates(step: _Pass, res: dict[Any, Any], key: str) -> dict[Any, A
     ):
         raise step.fail(path, "expected a list of resource mappings, e.g. - accelerators: A100:8")
     merged = dict(res)
-    choices = _pooled_accelerators(step, res, entries, path)
-    if choices:
+    options = _pooled_accelerators(step, res, entries, path, bare)
+    if options:
         merged.pop("accelerators", None)
         step.out.renames[(*_RES, "accelerators")] = path
-        merged["accelerators"] = format_accelerators(choices, key == "ordered")
-    _pool_locations(step, merged, entries, path, several_accelerators=len(choices) > 1)
+        merged["accelerators"] = format_accelerators(options, key == "ordered")
+    several = len({name for name, _ in options}) > 1
+    _pool_locations(step, merged, entries, path, several_accelerators=several)
     _lift_common_fields(step, merged, entries, path)
     return merged
 
 
 def _pooled_accelerators(
-    step: _Pass, res: dict[Any, Any], entries: list[dict[Any, Any]], path: Path
-) -> dict[str, int | None]:
-    pooled: dict[str, int | None] = {}
+    step: _Pass, res: dict[Any, Any], entries: list[dict[Any, Any]], path: Path, bare: int | None
+) -> list[Option]:
+    pooled: list[Option] = []
     for index, entry in enumerate(entries):
         where = (
             (*path, index, "accelerators") if "accelerators" in entry else (*_RES, "accelerators")
         )
         value = entry.get("accelerators", res.get("accelerators"))
         if value is None:
-            step.warn((*path, index), "an entry without accelerators is ignored")
+            if not any(k in entry for k in ("use_spot", *_LOCATION_FIELDS)):
+                step.warn((*path, index), "an entry without accelerators is ignored")
             continue
         try:
-            choices, _ = parse_accelerators(value)
+            options, _ = parse_accelerators(value, bare=bare)
         except ValueError as exc:
             raise step.doc.error(where, str(exc)) from None
-        for name, count in choices.items():
-            if pooled.setdefault(name, count) != count:
-                step.warn(
-                    where, f"{name} is listed with another count; using {name}:{pooled[name]}"
-                )
+        pooled.extend(option for option in options if option not in pooled)
     return pooled
 
 
@@ -310,11 +325,12 @@ def _pool_locations(
     *,
     several_accelerators: bool,
 ) -> None:
+    """Pool the entries' clouds, regions and zones; a field also set in ``resources`` is a
+    conflict (``put`` names both places), a different one joins it (``cloud`` in resources,
+    ``region`` in each entry)."""
     located = [(index, entry) for index, entry in enumerate(entries) if _has_location(entry)]
     if not located:
         return
-    if _has_location(merged):
-        raise step.fail(path, "give cloud, infra and region either here or in resources, not both")
     pool: dict[Any, Any] = {}
     for index, entry in located:
         found: dict[Any, Any] = {}
@@ -323,43 +339,58 @@ def _pool_locations(
                 _resource_field(step, found, {}, (key, entry[key]), (*path, index, key))
         for key, value in found.items():
             pool.setdefault(key, [])
-            if value not in pool[key]:
-                pool[key].append(value)
-    merged.update(pool)
+            for item in value if isinstance(value, list) else [value]:
+                if item not in pool[key]:
+                    pool[key].append(item)
+    for key, values in pool.items():
+        if key in merged:
+            raise step.fail(
+                (*_RES, key), f"set both here and in {format_path(path)}; give it in one place"
+            )
+        merged[key] = values
     if several_accelerators and len(located) > 1:
         step.warn(path, "every accelerator is allowed in every listed cloud and region")
 
 
 def _has_location(resources: dict[Any, Any]) -> bool:
-    return any(key in resources for key in (*_LOCATION_FIELDS, "providers", "regions"))
+    return any(key in resources for key in (*_LOCATION_FIELDS, "providers", "regions", "zones"))
 
 
 def _lift_common_fields(
     step: _Pass, merged: dict[Any, Any], entries: list[dict[Any, Any]], path: Path
 ) -> None:
-    """Fields other than accelerators and location apply to the whole request: they must agree."""
+    """Fields other than accelerators and location apply to the whole request: they must agree,
+    except ``use_spot``, where entries that differ mean either pricing (``auto``)."""
     skip = {"accelerators", *_LOCATION_FIELDS}
     keys = {key for entry in entries for key in entry if key not in skip}
     for key in sorted(keys, key=str):
         values = [entry.get(key, merged.get(key)) for entry in entries]
         first = next(index for index, entry in enumerate(entries) if key in entry)
+        step.out.renames[(*_RES, key)] = (*path, first, key)
+        if key == "use_spot" and len({str(value).lower() for value in values}) > 1:
+            merged[key] = "auto"
+            continue
         if any(value != values[first] for value in values):
             step.warn((*path, first, key), f"differs between entries; using {values[first]!r}")
         merged[key] = values[first]
-        step.out.renames[(*_RES, key)] = (*path, first, key)
 
 
-# --- SkyPilot semantics ---------------------------------------------------------------------------
+# --- accelerator counts ---------------------------------------------------------------------------
 
 
-def _skypilot_counts(step: _Pass, data: dict[Any, Any]) -> None:
-    """In SkyPilot YAML, ``accelerators: A100`` means one A100 (gpulease: the optimizer picks)."""
-    res = data.get("resources")
-    if not isinstance(res, dict) or res.get("accelerators") is None:
-        return
+def _bare_count(data: dict[Any, Any]) -> int | None:
+    """What a name without a count means: one GPU (SkyPilot's meaning), unless the task has a
+    workload for the optimizer to size (then None)."""
+    return None if data.get("workload") is not None else 1
+
+
+def _accelerator_counts(step: _Pass, res: dict[Any, Any], bare: int | None) -> None:
+    """Write ``resources.accelerators`` with every count explicit (``:1``, ``:auto``)."""
+    value = res.get("accelerators")
+    if value is None or (isinstance(value, dict) and ("options" in value or "choices" in value)):
+        return  # absent, or the internal form of model_dump()
     try:
-        choices, ordered = parse_accelerators(res["accelerators"])
+        options, ordered = parse_accelerators(res["accelerators"], bare=bare)
     except ValueError as exc:
         raise step.fail((*_RES, "accelerators"), str(exc)) from None
-    ones = {name: 1 if count is None else count for name, count in choices.items()}
-    res["accelerators"] = format_accelerators(ones, ordered)
+    res["accelerators"] = format_accelerators(options, ordered)

@@ -141,9 +141,18 @@ def _yaml_error(exc: yaml.YAMLError, text: str, source: str | None) -> SpecError
         return SpecError(message, line=line, source=source)
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
+    if "found another document" in problem:
+        return SpecError(_SEVERAL_DOCUMENTS, line=mark.line + 1 if mark else None, source=source)
     context = getattr(exc, "context", None)
     message = f"invalid YAML: {context + ', ' if context else ''}{problem}"
     return SpecError(message, line=mark.line + 1 if mark else None, source=source)
+
+
+_SEVERAL_DOCUMENTS = (
+    "this file holds several YAML documents (a SkyPilot pipeline or job group, documents "
+    "separated by ---): pipelines are not supported yet; gpulease runs one task per file, so "
+    "put each task in a file of its own and launch them in order"
+)
 
 
 def load_yaml(text: str, source: str | None = None) -> Document:
