@@ -121,3 +121,45 @@ def test_skypilot_task_plans_with_a_warning(cli: Cli, tmp_path: Path) -> None:
 def test_schema_is_json_schema_of_the_user_format(cli: Cli) -> None:
     schema = json.loads(cli("schema", check=True).stdout)
     assert "deadline" in schema["properties"] and "resources" in schema["properties"]
+
+
+def test_no_feasible_plan_exits_1_with_the_rejections(cli: Cli, tmp_path: Path) -> None:
+    task = tmp_path / "k8s.yaml"
+    task.write_text("resources:\n  infra: k8s\n  accelerators: L4\nrun: echo\n")
+    out = cli("plan", str(task))
+    assert out.returncode == 1, out.stderr
+    assert "no feasible plan" in out.stderr and "no Kubernetes provider yet" in out.stderr
+    assert "Rejected" in out.stdout and "Traceback" not in out.stderr
+    as_json = cli("plan", str(task), "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["plans"] == []
+
+
+def test_fastest_without_a_workload_needs_the_run_time(cli: Cli, tmp_path: Path) -> None:
+    task = tmp_path / "l4.yaml"
+    task.write_text("resources:\n  accelerators: L4\nrun: python serve.py\n")
+    refused = cli("plan", str(task), "-o", "fastest")
+    assert refused.returncode == 2 and "--hours" in refused.stderr
+    out = cli("plan", str(task), "-o", "fastest", "--hours", "10", "--json", check=True)
+    plans = json.loads(out.stdout)["plans"]
+    assert plans and {(p["accelerator"], p["gpus_per_node"]) for p in plans} == {("L4", 1)}
+    on_demand = [p for p in plans if p["pricing"] == "on_demand"]
+    assert on_demand[0]["est_hours"]["expected"] == 10.0
+    assert on_demand[0]["est_cost"]["expected"] == pytest.approx(
+        10 * on_demand[0]["price_per_hour"]
+    )
+    costs = [p["est_cost"]["expected"] for p in on_demand]
+    assert costs == sorted(costs)  # the same time everywhere: the cheapest first
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--hours", "0"], "hours: the run time must be a positive number"),
+        (["--hours", "nan"], "hours: the run time must be a positive number"),
+    ],
+)
+def test_bad_run_hours_exit_2(cli: Cli, args: list[str], needle: str) -> None:
+    out = cli("plan", "examples/quickstart.yaml", *args)
+    assert out.returncode == 2 and needle in out.stderr
+    with_workload = cli("plan", "examples/finetune-7b.yaml", "--hours", "3")
+    assert with_workload.returncode == 2 and "has a workload" in with_workload.stderr

@@ -165,7 +165,7 @@ def bundled() -> Catalog:
 def test_a_t4_task_gets_an_x86_64_host_and_hears_why_not_the_cheaper_arm64_one(
     bundled: Catalog,
 ) -> None:
-    result = run_plan(bundled, top=50, resources={"accelerators": "T4"})
+    result = run_plan(bundled, top=50, resources={"accelerators": "T4:auto"})
     assert result.plans and all(p.cpu_arch == "x86_64" for p in result.plans)
     assert "g5g" not in " ".join(p.instance_type for p in result.plans)
     arm = [r for r in result.rejected if r.reason.startswith("host CPU arm64")]
@@ -212,3 +212,38 @@ def test_this_machine_runs_a_default_task_whatever_its_cpu(
     asked_arm = run_plan(x86_local, resources={"providers": ["local"], "cpu_arch": "arm64"})
     if set(sold.table.cpu_arch.tolist()) == {"x86_64"}:
         assert not asked_arm.plans
+
+
+def test_a_set_with_one_name_at_several_counts_plans_any_of_them(bundled: Catalog) -> None:
+    """SkyPilot's {A100:4, A100:8, A100-80GB:2}: A100 at 4 or 8 GPUs, or A100-80GB at 2."""
+    result = run_plan(bundled, top=50, resources={"accelerators": "{A100:8, V100:1, V100:8}"})
+    shapes = {(p.accelerator, p.gpus_per_node) for p in result.plans}
+    assert shapes <= {("A100", 8), ("V100", 1), ("V100", 8)}
+    assert {("A100", 8), ("V100", 1), ("V100", 8)} <= shapes, shapes
+    counts = next(r for r in result.rejected if r.reason.startswith("GPUs per node differ"))
+    assert "V100:1 or V100:8 asked" in counts.reason
+    _accounted(result)
+
+
+def test_an_ordered_list_prefers_by_name_and_count(bundled: Catalog) -> None:
+    result = run_plan(bundled, top=50, resources={"accelerators": ["V100:8", "V100:1"]})
+    assert result.plans and {(p.accelerator, p.gpus_per_node) for p in result.plans} == {
+        ("V100", 8)
+    }
+    assert "lower in the preference order than V100:8" in _reasons(result)
+
+
+@pytest.mark.parametrize("zone", ["us-east-1a", "us-central1-a"])
+def test_a_zone_keeps_its_region_and_the_plans_name_it(bundled: Catalog, zone: str) -> None:
+    result = run_plan(bundled, top=50, resources={"accelerators": "T4:auto", "zone": zone})
+    region = zone[:-2] if zone.startswith("us-central") else zone[:-1]
+    assert result.plans and {p.region for p in result.plans} == {region}
+    assert {p.zone for p in result.plans} == {zone}
+    assert any(r.reason.startswith("zone not in the allow-list") for r in result.rejected)
+    _accounted(result)
+
+
+def test_kubernetes_is_named_as_missing_not_as_a_wrong_allow_list(bundled: Catalog) -> None:
+    result = run_plan(bundled, resources={"accelerators": "L4:1", "providers": "kubernetes"})
+    assert not result.plans
+    assert "gpulease has no Kubernetes provider yet" in _reasons(result)
