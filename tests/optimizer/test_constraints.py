@@ -247,3 +247,12 @@ def test_kubernetes_is_named_as_missing_not_as_a_wrong_allow_list(bundled: Catal
     result = run_plan(bundled, resources={"accelerators": "L4:1", "providers": "kubernetes"})
     assert not result.plans
     assert "gpulease has no Kubernetes provider yet" in _reasons(result)
+
+
+def test_a_grace_part_asked_by_name_brings_its_arm64_host(bundled: Catalog) -> None:
+    """GH200 comes only on an arm64 (Grace) host: asking for it is asking for that host, unless
+    the task sets cpu_arch itself."""
+    result = run_plan(bundled, top=50, resources={"accelerators": "GH200:1"})
+    assert result.plans and {p.cpu_arch for p in result.plans} == {"arm64"}
+    explicit = run_plan(bundled, resources={"accelerators": "GH200:1", "cpu_arch": "x86_64"})
+    assert not explicit.plans and "host CPU arm64, the task asks x86_64" in _reasons(explicit)

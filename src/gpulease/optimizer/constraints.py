@@ -30,7 +30,7 @@ def apply_resource_constraints(
     """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload."""
     _instance_type(funnel, offers, resources.instance_type)
     _accelerators(funnel, offers, resources)
-    _cpu_arch(funnel, offers, resources.cpu_arch)
+    _cpu_arch(funnel, offers, resources)
     _providers(funnel, offers, resources)
     _regions(funnel, offers, resources)
     _zones(funnel, offers, resources.zones)
@@ -94,17 +94,21 @@ def _count_reason(
 DEFAULT_CPU_ARCH = "x86_64"
 
 
-def _cpu_arch(funnel: Funnel, offers: OfferTable, wanted: str) -> None:
+def _cpu_arch(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
     """Keep hosts of the architecture asked (``any``: all); one line per architecture removed,
     naming its instance types and how to ask for them. Under the default (``x86_64``) the
     ``local`` provider's offers always pass: they are this machine, which already runs the
     user's environment whatever its CPU (an arm64 laptop's quickstart just works); asking for
-    ``arm64`` still leaves an x86_64 machine out."""
+    ``arm64`` still leaves an x86_64 machine out. Left unset, the default also lets in an
+    accelerator the task names that only comes with an arm64 host (GH200, GB200: Grace)."""
+    wanted = resources.cpu_arch
     if wanted == "any":
         return
     passing = offers.cpu_arch == wanted
     if wanted == DEFAULT_CPU_ARCH:
         passing = passing | (offers.provider == "local")
+        if "cpu_arch" not in resources.model_fields_set:
+            passing = passing | _arm_only_parts_asked(offers, resources)
     removed = funnel.alive & ~passing
     for arch in sorted(set(offers.cpu_arch[removed].tolist())):
         these = removed & (offers.cpu_arch == arch)
@@ -113,6 +117,17 @@ def _cpu_arch(funnel: Funnel, offers: OfferTable, wanted: str) -> None:
             f"host CPU {arch}, the task asks {wanted}: {examples(offers.instance_type[these])} "
             f"(resources.cpu_arch: {arch} or any to allow them)",
         )
+
+
+def _arm_only_parts_asked(offers: OfferTable, resources: Resources) -> Mask:
+    """Offers of an accelerator the task asks for by name that no x86_64 host carries."""
+    found = np.zeros(len(offers), dtype=bool)
+    request = resources.accelerators
+    for name in request.names if request else ():
+        these = offers.accelerator == name
+        if these.any() and not (these & (offers.cpu_arch == DEFAULT_CPU_ARCH)).any():
+            found |= these
+    return found
 
 
 def _providers(funnel: Funnel, offers: OfferTable, resources: Resources) -> None:
