@@ -81,8 +81,12 @@ def test_ordered_candidates_become_a_preference_list() -> None:
     assert task.job_recovery is not None
     assert task.job_recovery.strategy == "next_region"
     assert task.job_recovery.max_restarts_on_errors == 3
+    candidates = task.resources.candidates
+    assert candidates is not None and len(candidates) == 2  # each accelerator keeps its cloud
+    assert (candidates[0].providers, candidates[0].regions) == (["aws"], ["us-east-1"])
+    assert candidates[0].accelerators == AcceleratorRequest(choices={"H100": 8})
+    assert (candidates[1].providers, candidates[1].regions) == (["gcp"], ["us-central1"])
     joined = "\n".join(messages)
-    assert "every accelerator is allowed in every listed cloud and region" in joined
     assert "resources.job_recovery.recover_on_exit_codes: ignored" in joined
 
 
@@ -330,6 +334,33 @@ def test_kubernetes_is_named_as_not_there_yet(where: str) -> None:
     task, messages = _parse(f"resources:\n  {where}\n  accelerators: L4\n")
     assert task.resources.providers == ["kubernetes"]  # type: ignore[attr-defined]
     assert any("gpulease has no Kubernetes provider yet" in message for message in messages)
+
+
+def test_any_of_entries_without_a_shared_place_keep_their_pairs() -> None:
+    task, messages = _parse(
+        """\
+        resources:
+          any_of:
+            - {cloud: aws, region: us-east-1, accelerators: A100:8}
+            - {cloud: gcp, accelerators: T4:4}
+            - {cloud: aws}
+        """
+    )
+    res = task.resources  # type: ignore[attr-defined]
+    assert res.providers == ["aws", "gcp"] and res.regions is None  # only us-east-1 is paired
+    assert [
+        (c.accelerators and c.accelerators.options, c.providers, c.regions) for c in res.candidates
+    ] == [
+        ((("A100", 8),), ["aws"], ["us-east-1"]),
+        ((("T4", 4),), ["gcp"], None),
+        (None, ["aws"], None),  # no accelerators: a CPU instance
+    ]
+    assert not any("allowed in every" in message for message in messages)
+
+
+def test_entries_sharing_their_place_are_pooled_without_candidates() -> None:
+    task, _ = load_task_with_warnings(FIXTURES / "skypilot" / "any_of.yaml")
+    assert task.resources.candidates is None
 
 
 def test_a_pipeline_file_is_named_as_not_supported_yet() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 from gpulease.catalog.types import OfferTable
 from gpulease.optimizer.funnel import Funnel, Mask, examples
 from gpulease.policy import DataClass, evaluate_data_policy
-from gpulease.spec.models import Resources
+from gpulease.spec.models import Candidate, Resources
 from gpulease.units import Minimum
 
 
@@ -26,14 +26,19 @@ def apply_resource_constraints(
     *,
     data_classes: Sequence[DataClass],
     countries: np.ndarray,
+    has_workload: bool = False,
 ) -> None:
-    """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload."""
+    """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload
+    (``has_workload`` only says whether a task's GPU-less candidate means any GPU)."""
     _instance_type(funnel, offers, resources.instance_type)
-    _accelerators(funnel, offers, resources)
+    if resources.candidates is None:
+        _accelerators(funnel, offers, resources)
     _cpu_arch(funnel, offers, resources)
     _providers(funnel, offers, resources)
     _regions(funnel, offers, resources)
     _zones(funnel, offers, resources.zones)
+    if resources.candidates is not None:
+        _candidates(funnel, offers, resources.candidates, has_workload=has_workload)
     if data_classes:
         verdict = evaluate_data_policy(
             data_classes,
@@ -187,23 +192,77 @@ def region_of_zone(zone: str) -> str:
     return _ZONE_SUFFIX.sub("", zone.strip())
 
 
+def zone_mask(offers: OfferTable, zones: Sequence[str]) -> Mask:
+    """Offers in one of ``zones``. An offer whose zone is not named after its region (no zone,
+    or an AWS zone id such as ``use1-az1``, which maps to names differently in every account)
+    is in a zone when its region is the zone's region: the launch then asks for the zone."""
+    regions = [region_of_zone(zone) for zone in zones]
+    named = np.char.startswith(offers.zone.astype(str), offers.region.astype(str))
+    ok: Mask = np.isin(offers.zone, list(zones)) | (~named & np.isin(offers.region, regions))
+    return ok
+
+
 def _zones(funnel: Funnel, offers: OfferTable, zones: Sequence[str] | None) -> None:
-    """Keep offers in an allowed zone. An offer whose zone is not named after its region (no
-    zone, or an AWS zone id such as ``use1-az1``, which maps to names differently in every
-    account) passes when its region is the zone's region: the launch then asks for the zone."""
     if not zones:
         return
     wanted = list(zones)
-    regions = [region_of_zone(zone) for zone in wanted]
-    named = np.char.startswith(offers.zone.astype(str), offers.region.astype(str))
-    ok = np.isin(offers.zone, wanted) | (~named & np.isin(offers.region, regions))
     funnel.apply(
-        ok,
+        zone_mask(offers, wanted),
         lambda m: (
             f"zone not in the allow-list {', '.join(wanted)} "
             f"({examples(np.where(offers.zone[m] == '', offers.region[m], offers.zone[m]))})"
         ),
     )
+
+
+def candidate_mask(offers: OfferTable, candidate: Candidate, *, has_workload: bool) -> Mask:
+    """Offers that match one candidate: its accelerators (none: a CPU instance, or any GPU for
+    a workload) in its providers, regions and zones."""
+    ok = np.zeros(len(offers), dtype=bool)
+    request = candidate.accelerators
+    if request is None:
+        ok = offers.gpu_count > 0 if has_workload else offers.gpu_count == 0
+    else:
+        for name, count in request.options:
+            same = offers.accelerator == name
+            ok |= same if count is None else same & (offers.gpu_count == count)
+    if candidate.providers:
+        ok &= np.isin(offers.provider, [p.lower() for p in candidate.providers])
+    if candidate.regions:
+        ok &= np.isin(offers.region, candidate.regions) | np.isin(offers.zone, candidate.regions)
+    if candidate.zones:
+        ok &= zone_mask(offers, candidate.zones)
+    result: Mask = ok
+    return result
+
+
+def describe_candidate(candidate: Candidate) -> str:
+    """``A100:8 on aws/us-east-1``, ``CPU on aws``."""
+    request = candidate.accelerators
+    what = (
+        " or ".join(name if c is None else f"{name}:{c}" for name, c in request.options)
+        if request
+        else "CPU"
+    )
+    where = [",".join(v) for v in (candidate.providers, candidate.regions, candidate.zones) if v]
+    return what + (f" on {'/'.join(where)}" if where else "")
+
+
+def _candidates(
+    funnel: Funnel, offers: OfferTable, candidates: Sequence[Candidate], *, has_workload: bool
+) -> None:
+    ok = np.zeros(len(offers), dtype=bool)
+    for candidate in candidates:
+        ok |= candidate_mask(offers, candidate, has_workload=has_workload)
+    listed = "; ".join(describe_candidate(c) for c in candidates)
+
+    def reason(removed: Mask) -> str:
+        shapes = np.char.add(offers.accelerator[removed].astype(str), " on ")
+        return f"not one of the task's candidates ({listed}); these are " + examples(
+            np.char.add(shapes, offers.provider[removed].astype(str))
+        )
+
+    funnel.apply(ok, reason)
 
 
 def _host_minimum(

@@ -13,12 +13,12 @@ import numpy.typing as npt
 from gpulease.catalog import Catalog
 from gpulease.catalog.types import OfferTable
 from gpulease.optimizer.candidates import BUDGET, DEADLINE, FITS, PRICE_CAP, PricingGrid
-from gpulease.optimizer.constraints import region_of_zone
+from gpulease.optimizer.constraints import candidate_mask, describe_candidate, region_of_zone
 from gpulease.optimizer.explain import plan_reasons
 from gpulease.optimizer.funnel import Funnel, examples
 from gpulease.optimizer.plan import Objective, Plan, Range
 from gpulease.optimizer.sizing import ConfigSizing
-from gpulease.spec.models import Task
+from gpulease.spec.models import AcceleratorRequest, Task
 
 MAX_PARETO = 25
 SHORTLIST = 16  # × top: rows sorted before the (rarely needed) rest
@@ -180,14 +180,13 @@ def _option(name: str, count: int | None) -> str:
 
 
 def preference_filter(funnel: Funnel, ctx: Context) -> None:
-    """With an ordered accelerator list, keep only the first accelerator that has a plan."""
+    """With an ordered accelerator list, keep only the first option (or, where the task lists
+    candidates, the first candidate) that has a plan."""
     request = ctx.task.resources.accelerators
     if request is None or not request.ordered or not ctx.keep.any():
         return
-    for name, count in request.options:
-        has = ctx.keep & (ctx.offers.accelerator == name)
-        if count is not None:
-            has &= ctx.offers.gpu_count == count
+    for mask, label in _preferences(ctx, request):
+        has = ctx.keep & mask
         if has.any():
             later = ctx.keep & ~has
             if later.any():
@@ -195,11 +194,28 @@ def preference_filter(funnel: Funnel, ctx: Context) -> None:
                     funnel,
                     ctx,
                     later,
-                    f"lower in the preference order than {_option(name, count)}, which has "
+                    f"lower in the preference order than {label}, which has "
                     f"feasible plans ({examples(ctx.offers.accelerator[later])})",
                 )
             ctx.keep = has
             return
+
+
+def _preferences(ctx: Context, request: AcceleratorRequest) -> Iterator[tuple[Mask, str]]:
+    offers, candidates = ctx.offers, ctx.task.resources.candidates
+    if candidates:
+        workload = ctx.task.workload is not None
+        for candidate in candidates:
+            yield (
+                candidate_mask(offers, candidate, has_workload=workload),
+                describe_candidate(candidate),
+            )
+        return
+    for name, count in request.options:
+        has = offers.accelerator == name
+        if count is not None:
+            has &= offers.gpu_count == count
+        yield has, _option(name, count)
 
 
 def rank(ctx: Context, grids: list[PricingGrid], top: int) -> tuple[list[Plan], list[Plan]]:

@@ -2,12 +2,15 @@
 
 Modules (private unless re-exported here):
 
-- ``models``        Task / Resources / Workload / ModelSpec / AcceleratorRequest / … (the contract)
+- ``models``        Task / Resources / AcceleratorRequest / Candidate / … (the contract)
+- ``workload``      Workload / ModelSpec (re-exported by ``models``)
+- ``base``          the configuration every model shares
 - ``quantities``    field types of ``7B``, ``36h``, ``$500``, ``32+``: read, written, described
 - ``fields``        field types of names, ``use_spot``, envs and free-form config
 - ``accelerators``  canonical accelerator names, aliases, the three accelerator forms
 - ``yaml_lines``    YAML ↔ data with the line of every key
 - ``normalize``     alternative spellings and SkyPilot task YAML → gpulease field names
+- ``candidates``    SkyPilot's any_of / ordered lists folded into one request (and candidates)
 - ``diagnostics``   validation errors → one SpecError naming field and line
 - ``loader``        load / parse / dump entry points, SpecWarning
 - ``schema``        JSON Schema of the user-facing format

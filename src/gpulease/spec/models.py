@@ -22,9 +22,7 @@ from collections.abc import Mapping
 from typing import Annotated, Literal, Self
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
     WithJsonSchema,
@@ -38,6 +36,7 @@ from gpulease.spec.accelerators import (
     format_accelerators,
     parse_accelerators,
 )
+from gpulease.spec.base import SpecModel as _Model
 from gpulease.spec.fields import (
     CpuArchChoice,
     EnvVars,
@@ -50,34 +49,43 @@ from gpulease.spec.fields import (
     lowercase,
 )
 from gpulease.spec.quantities import (
-    Count,
     Duration,
     MinimumAmount,
     Money,
     NonNegativeInt,
     PositiveDuration,
     PositiveInt,
-    PositiveNumber,
-    format_count,
+)
+from gpulease.spec.workload import (
+    Architecture,
+    ModelSpec,
+    Precision,
+    Sharding,
+    Workload,
+    WorkloadKind,
 )
 
-Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
-Sharding = Literal["ddp", "fsdp", "zero3"]
-WorkloadKind = Literal["train", "finetune", "inference"]
-Architecture = Literal["transformer", "cnn", "other"]
+__all__ = [
+    "AcceleratorRequest",
+    "Architecture",
+    "Candidate",
+    "CheckpointSpec",
+    "Commitment",
+    "JobRecovery",
+    "ModelSpec",
+    "Precision",
+    "RecoveryStrategy",
+    "Resources",
+    "Sharding",
+    "Task",
+    "Workload",
+    "WorkloadKind",
+]
+
 Commitment = Literal["none", "1y", "3y"]
 RecoveryStrategy = Literal["same_region", "next_region", "on_demand_fallback"]
 
-_KIND_ALIASES = {
-    "training": "train", "pretrain": "train", "fine-tune": "finetune", "fine_tune": "finetune",
-    "serve": "inference", "serving": "inference",
-}  # fmt: skip
 _STRATEGY_ALIASES = {"failover": "same_region", "eager_next_region": "next_region"}
-
-
-def _kind(value: object) -> object:
-    value = lowercase(value)
-    return _KIND_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 def _strategy(value: object) -> object:
@@ -86,19 +94,6 @@ def _strategy(value: object) -> object:
         return value
     value = value.strip().lower().replace("-", "_")
     return _STRATEGY_ALIASES.get(value, value)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        arbitrary_types_allowed=True,
-        validate_by_name=True,
-        validate_by_alias=True,
-        use_attribute_docstrings=True,
-        coerce_numbers_to_str=True,
-        defer_build=True,
-    )
 
 
 class AcceleratorRequest(_Model):
@@ -168,120 +163,19 @@ Accelerators = Annotated[
 ]
 
 
-class ModelSpec(_Model):
-    """The model being trained or served."""
+class Candidate(_Model):
+    """One way to run the task that pairs accelerators with where they may run: SkyPilot's
+    ``any_of``/``ordered`` entries that each name their own cloud, region or zone."""
 
-    params: Count
-    """Number of parameters: 7B, 1.3B, 25.6M, 70e9."""
-    arch: Annotated[Architecture, BeforeValidator(lowercase)] = "transformer"
-    """Architecture family: transformer, cnn or other."""
-    layers: PositiveInt | None = None
-    """Transformer layers (optional; refines memory estimates)."""
-    hidden: PositiveInt | None = None
-    """Hidden size (optional)."""
-    kv_heads: PositiveInt | None = None
-    """Key/value heads, for grouped-query attention (optional)."""
-    heads: PositiveInt | None = None
-    """Attention heads (optional)."""
-    active_params: Count | None = None
-    """Mixture-of-experts: parameters each token uses (37B of DeepSeek-V3's 671B). FLOPs follow
-    it, memory follows params. Unset: a dense model, every parameter active."""
-    experts: PositiveInt | None = None
-    """Mixture-of-experts: routed experts per MoE layer (optional; DeepSeek-V3: 256)."""
-    experts_per_token: PositiveInt | None = None
-    """Mixture-of-experts: routed experts each token is sent to (optional; DeepSeek-V3: 8)."""
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> Self:
-        if self.heads and self.kv_heads and self.heads % self.kv_heads:
-            raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
-        return self
-
-    @model_validator(mode="after")
-    def _experts_consistent(self) -> Self:
-        active = self.active_params
-        if active is not None and active > self.params:
-            raise ValueError(
-                f"active_params ({format_count(active)}) must not exceed params "
-                f"({format_count(self.params)}): it counts the parameters each token uses"
-            )
-        if active is None and (self.experts is not None or self.experts_per_token is not None):
-            raise ValueError(
-                "a mixture-of-experts model (experts or experts_per_token given) needs "
-                "active_params, the parameters each token uses (e.g. 37B of 671B)"
-            )
-        per_token, experts = self.experts_per_token, self.experts
-        if per_token is not None and experts is not None and per_token > experts:
-            raise ValueError(f"experts_per_token ({per_token}) must not exceed experts ({experts})")
-        return self
-
-
-class Workload(_Model):
-    """What the job computes; the optimizer estimates its time and cost from this."""
-
-    kind: Annotated[WorkloadKind, BeforeValidator(_kind)] = "train"
-    """train, finetune or inference."""
-    model: ModelSpec
-    """The model: params (required), arch, layers, hidden, heads, kv_heads; active_params,
-    experts and experts_per_token for a mixture of experts."""
-    tokens: Count | None = None
-    """Training tokens per epoch: 1B, 26B."""
-    samples: Count | None = None
-    """Training samples per epoch, for non-token workloads: 1.28M."""
-    flops_per_sample: Count | None = None
-    """Training FLOPs per sample (forward + backward): 12.3e9."""
-    seq_len: PositiveInt | None = None
-    """Sequence length in tokens."""
-    global_batch: PositiveInt | None = None
-    """Sequences (transformer) or samples per optimizer step."""
-    precision: Annotated[Precision, BeforeValidator(lowercase)] = "bf16"
-    """fp32, tf32, bf16, fp16 or fp8."""
-    sharding: Annotated[Sharding, BeforeValidator(lowercase)] | None = None
-    """ddp, fsdp or zero3; unset: ddp when the model state fits one GPU, else fsdp."""
-    expert_parallel: PositiveInt | None = None
-    """Mixture-of-experts: GPUs each layer's routed experts are spread over (DeepSeek-V3: 64);
-    unset: min(experts, GPUs)."""
-    epochs: PositiveNumber = 1.0
-    """Passes over the tokens or samples."""
-    requests_per_second: PositiveNumber | None = None
-    """Inference: requests to serve per second."""
-    prompt_tokens: PositiveInt | None = None
-    """Inference: prompt tokens per request."""
-    output_tokens: PositiveInt | None = None
-    """Inference: generated tokens per request."""
-    context_len: PositiveInt | None = None
-    """Inference: context length to provision for."""
-    hours: PositiveDuration | None = None
-    """Inference: how long to serve (720h, 30d)."""
-
-    @model_validator(mode="after")
-    def _expert_parallel_fits(self) -> Self:
-        degree, model = self.expert_parallel, self.model
-        if degree is None:
-            return self
-        if model.active_params is None:
-            raise ValueError(
-                "expert_parallel needs a mixture-of-experts model: give model.active_params"
-            )
-        if model.experts is not None and degree > model.experts:
-            raise ValueError(
-                f"expert_parallel ({degree}) must not exceed model.experts ({model.experts})"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _training_amount(self) -> Self:
-        if self.kind == "inference" or self.tokens is not None:
-            return self
-        if self.samples is None:
-            raise ValueError(f"a {self.kind} workload needs tokens (e.g. 1B) or samples")
-        derivable = self.model.arch == "transformer" and self.seq_len is not None
-        if self.flops_per_sample is None and not derivable:
-            raise ValueError(
-                "samples need flops_per_sample (or, for a transformer, seq_len) "
-                "to estimate the work"
-            )
-        return self
+    accelerators: Accelerators | None = None
+    """Accelerators per node of this candidate; unset: a CPU instance (any GPU when the task
+    has a workload)."""
+    providers: ProviderNames | None = None
+    """Providers of this candidate; unset: any allowed one."""
+    regions: NonEmptyNames | None = None
+    """Regions of this candidate; unset: any allowed one."""
+    zones: NonEmptyNames | None = None
+    """Zones of this candidate; unset: any zone."""
 
 
 class Resources(_Model):
@@ -322,6 +216,11 @@ class Resources(_Model):
     """Pricing commitment to consider: none, 1y or 3y."""
     provider_config: JsonMapping = Field(default_factory=dict)
     """Per-task overrides of provider settings, by provider name."""
+    candidates: list[Candidate] | None = None
+    """Ways to run that pair accelerators with providers, regions or zones (SkyPilot's any_of /
+    ordered entries with a cloud each): an offer must match one of them; with an ordered
+    accelerators list, the first candidate with a plan wins. Unset: every accelerator is
+    allowed wherever the task allows."""
 
     @model_validator(mode="after")
     def _not_both_allowed_and_excluded(self) -> Self:

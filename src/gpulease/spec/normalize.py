@@ -9,8 +9,9 @@ names, ready for :class:`~gpulease.spec.models.Task`, together with
 - ``skypilot``: the SkyPilot-only fields found (non-empty when the file is read as SkyPilot YAML).
 
 It owns the mapping of SkyPilot's fields (``cloud``, ``infra``, ``zone``, ``disk_size``,
-``any_of``/``ordered``, ``max_hourly_cost``, ``resources.job_recovery``, …); values are checked
-later by the models. It never mutates its input.
+``max_hourly_cost``, ``resources.job_recovery``, …; ``any_of``/``ordered`` through
+:mod:`gpulease.spec.candidates`) and what a name without a count means (one GPU, unless the task
+has a workload to size); values are checked later by the models. It never mutates its input.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulease.errors import SpecError
-from gpulease.spec.accelerators import Option, format_accelerators, parse_accelerators
+from gpulease.spec.accelerators import format_accelerators, parse_accelerators
+from gpulease.spec.candidates import RES, merge_candidates
 from gpulease.spec.yaml_lines import Document, Path, format_path
 
 __all__ = ["Normalized", "normalize"]
 
-_RES = ("resources",)
+_RES = RES
 
 _IGNORED_TOP = {
     "service": "serving is configured differently in gpulease",
@@ -56,7 +58,6 @@ _IGNORED_RESOURCES = {
 }
 _NATIVE_RENAMES = {"provider": "providers", "region": "regions", "zone": "zones"}
 _SKYPILOT_RENAMES = {"disk_size": "disk", "max_hourly_cost": "max_price_per_hour"}
-_LOCATION_FIELDS = ("cloud", "infra", "region", "zone")
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Normalized:
         return path
 
 
-class _Pass:
+class Pass:
     """One normalization: the document, the result and helpers to warn, fail and move fields."""
 
     def __init__(self, doc: Document, data: dict[Any, Any]) -> None:
@@ -127,7 +128,7 @@ def _without_nulls(data: dict[Any, Any]) -> dict[Any, Any]:
 
 def normalize(doc: Document) -> Normalized:
     """Translate ``doc.data`` (a mapping) into gpulease field names; see the module docstring."""
-    step = _Pass(doc, _without_nulls(dict(doc.data)))
+    step = Pass(doc, _without_nulls(dict(doc.data)))
     data = step.out.data
     _top_level(step, data)
     if isinstance(data.get("resources"), dict):
@@ -143,7 +144,7 @@ def normalize(doc: Document) -> Normalized:
 # --- top level -----------------------------------------------------------------------------------
 
 
-def _top_level(step: _Pass, data: dict[Any, Any]) -> None:
+def _top_level(step: Pass, data: dict[Any, Any]) -> None:
     for key in list(data):
         if key in _IGNORED_TOP or (isinstance(key, str) and key.startswith("_")):
             step.ignore((key,), _IGNORED_TOP.get(key, "internal field"))
@@ -157,7 +158,7 @@ def _top_level(step: _Pass, data: dict[Any, Any]) -> None:
         data["envs"] = _envs(step, data["envs"])
 
 
-def _file_mounts(step: _Pass, mounts: dict[Any, Any]) -> dict[Any, Any]:
+def _file_mounts(step: Pass, mounts: dict[Any, Any]) -> dict[Any, Any]:
     kept = {}
     for target, source in mounts.items():
         if isinstance(source, dict):
@@ -167,7 +168,7 @@ def _file_mounts(step: _Pass, mounts: dict[Any, Any]) -> dict[Any, Any]:
     return kept
 
 
-def _envs(step: _Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
+def _envs(step: Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
     kept = {}
     for name, value in envs.items():
         if value is None:
@@ -180,24 +181,29 @@ def _envs(step: _Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
 # --- resources -----------------------------------------------------------------------------------
 
 
-def _resources(step: _Pass, res: dict[Any, Any], task: dict[Any, Any]) -> dict[Any, Any]:
+def _resources(step: Pass, res: dict[Any, Any], task: dict[Any, Any]) -> dict[Any, Any]:
     if "any_of" in res and "ordered" in res:
         raise step.fail((*_RES, "ordered"), "give either any_of or ordered, not both")
     bare = _bare_count(task)
     for key in ("any_of", "ordered"):
         if key in res:
             step.skypilot_field((*_RES, key))
-            res = _merge_candidates(step, res, key, bare)
+            res = merge_candidates(step, res, key, bare, _resource_field)
     origins = {key: step.out.origin((*_RES, key)) for key in res}  # before any field moves
     out: dict[Any, Any] = {}
     for key, value in res.items():
         _resource_field(step, out, task, (key, value), origins[key])
-    _accelerator_counts(step, out, bare)
+    _accelerator_counts(step, out, bare, (*_RES, "accelerators"))
+    if isinstance(out.get("candidates"), list):
+        for index, candidate in enumerate(out["candidates"]):
+            if isinstance(candidate, dict):
+                where = (*_RES, "candidates", index, "accelerators")
+                _accelerator_counts(step, candidate, bare, where)
     _no_kubernetes_yet(step, out)
     return out
 
 
-def _no_kubernetes_yet(step: _Pass, res: dict[Any, Any]) -> None:
+def _no_kubernetes_yet(step: Pass, res: dict[Any, Any]) -> None:
     providers = res.get("providers")
     names = [providers] if isinstance(providers, str) else providers
     if isinstance(names, list) and any(
@@ -210,7 +216,7 @@ def _no_kubernetes_yet(step: _Pass, res: dict[Any, Any]) -> None:
 
 
 def _resource_field(
-    step: _Pass, out: dict[Any, Any], task: dict[Any, Any], item: tuple[Any, Any], origin: Path
+    step: Pass, out: dict[Any, Any], task: dict[Any, Any], item: tuple[Any, Any], origin: Path
 ) -> None:
     """Move one field of ``resources`` (written at ``origin``) into ``out`` under its own name."""
     key, value = item
@@ -231,7 +237,7 @@ def _resource_field(
         step.put(out, _RES, key, value, origin)
 
 
-def _location(step: _Pass, out: dict[Any, Any], key: str, value: Any, origin: Path) -> None:
+def _location(step: Pass, out: dict[Any, Any], key: str, value: Any, origin: Path) -> None:
     """``cloud: aws`` or ``infra: aws/us-east-1[/us-east-1a]`` → providers (and regions)."""
     if not isinstance(value, str) or not value.strip():
         raise step.doc.error(origin, f"expected a name such as aws or aws/us-east-1, got {value!r}")
@@ -253,7 +259,7 @@ def _location(step: _Pass, out: dict[Any, Any], key: str, value: Any, origin: Pa
         step.put(out, _RES, "zones", zone, origin)
 
 
-def _job_recovery(step: _Pass, value: Any, origin: Path) -> Any:
+def _job_recovery(step: Pass, value: Any, origin: Path) -> Any:
     """SkyPilot's ``{strategy, max_restarts_on_errors, recover_on_exit_codes}``."""
     if not isinstance(value, dict):
         return value
@@ -266,115 +272,6 @@ def _job_recovery(step: _Pass, value: Any, origin: Path) -> Any:
     return value
 
 
-# --- any_of / ordered ----------------------------------------------------------------------------
-
-
-def _merge_candidates(
-    step: _Pass, res: dict[Any, Any], key: str, bare: int | None
-) -> dict[Any, Any]:
-    """Fold SkyPilot's candidate list into one request: the accelerators become a choice (any_of)
-    or a preference list (ordered); clouds, regions and zones are pooled (an entry's region joins
-    a cloud given in ``resources``); ``use_spot`` that differs means either (``auto``); other
-    fields must agree."""
-    path = (*_RES, key)
-    entries = res.pop(key)
-    if (
-        not isinstance(entries, list)
-        or not entries
-        or not all(isinstance(e, dict) for e in entries)
-    ):
-        raise step.fail(path, "expected a list of resource mappings, e.g. - accelerators: A100:8")
-    merged = dict(res)
-    options = _pooled_accelerators(step, res, entries, path, bare)
-    if options:
-        merged.pop("accelerators", None)
-        step.out.renames[(*_RES, "accelerators")] = path
-        merged["accelerators"] = format_accelerators(options, key == "ordered")
-    several = len({name for name, _ in options}) > 1
-    _pool_locations(step, merged, entries, path, several_accelerators=several)
-    _lift_common_fields(step, merged, entries, path)
-    return merged
-
-
-def _pooled_accelerators(
-    step: _Pass, res: dict[Any, Any], entries: list[dict[Any, Any]], path: Path, bare: int | None
-) -> list[Option]:
-    pooled: list[Option] = []
-    for index, entry in enumerate(entries):
-        where = (
-            (*path, index, "accelerators") if "accelerators" in entry else (*_RES, "accelerators")
-        )
-        value = entry.get("accelerators", res.get("accelerators"))
-        if value is None:
-            if not any(k in entry for k in ("use_spot", *_LOCATION_FIELDS)):
-                step.warn((*path, index), "an entry without accelerators is ignored")
-            continue
-        try:
-            options, _ = parse_accelerators(value, bare=bare)
-        except ValueError as exc:
-            raise step.doc.error(where, str(exc)) from None
-        pooled.extend(option for option in options if option not in pooled)
-    return pooled
-
-
-def _pool_locations(
-    step: _Pass,
-    merged: dict[Any, Any],
-    entries: list[dict[Any, Any]],
-    path: Path,
-    *,
-    several_accelerators: bool,
-) -> None:
-    """Pool the entries' clouds, regions and zones; a field also set in ``resources`` is a
-    conflict (``put`` names both places), a different one joins it (``cloud`` in resources,
-    ``region`` in each entry)."""
-    located = [(index, entry) for index, entry in enumerate(entries) if _has_location(entry)]
-    if not located:
-        return
-    pool: dict[Any, Any] = {}
-    for index, entry in located:
-        found: dict[Any, Any] = {}
-        for key in _LOCATION_FIELDS:
-            if key in entry:
-                _resource_field(step, found, {}, (key, entry[key]), (*path, index, key))
-        for key, value in found.items():
-            pool.setdefault(key, [])
-            for item in value if isinstance(value, list) else [value]:
-                if item not in pool[key]:
-                    pool[key].append(item)
-    for key, values in pool.items():
-        if key in merged:
-            raise step.fail(
-                (*_RES, key), f"set both here and in {format_path(path)}; give it in one place"
-            )
-        merged[key] = values
-    if several_accelerators and len(located) > 1:
-        step.warn(path, "every accelerator is allowed in every listed cloud and region")
-
-
-def _has_location(resources: dict[Any, Any]) -> bool:
-    return any(key in resources for key in (*_LOCATION_FIELDS, "providers", "regions", "zones"))
-
-
-def _lift_common_fields(
-    step: _Pass, merged: dict[Any, Any], entries: list[dict[Any, Any]], path: Path
-) -> None:
-    """Fields other than accelerators and location apply to the whole request: they must agree,
-    except ``use_spot``, where entries that differ mean either pricing (``auto``)."""
-    skip = {"accelerators", *_LOCATION_FIELDS}
-    keys = {key for entry in entries for key in entry if key not in skip}
-    for key in sorted(keys, key=str):
-        values = [entry.get(key, merged.get(key)) for entry in entries]
-        first = next(index for index, entry in enumerate(entries) if key in entry)
-        step.out.renames[(*_RES, key)] = (*path, first, key)
-        if key == "use_spot" and len({str(value).lower() for value in values}) > 1:
-            merged[key] = "auto"
-            continue
-        if any(value != values[first] for value in values):
-            step.warn((*path, first, key), f"differs between entries; using {values[first]!r}")
-        merged[key] = values[first]
-
-
 # --- accelerator counts ---------------------------------------------------------------------------
 
 
@@ -384,13 +281,13 @@ def _bare_count(data: dict[Any, Any]) -> int | None:
     return None if data.get("workload") is not None else 1
 
 
-def _accelerator_counts(step: _Pass, res: dict[Any, Any], bare: int | None) -> None:
+def _accelerator_counts(step: Pass, res: dict[Any, Any], bare: int | None, path: Path) -> None:
     """Write ``resources.accelerators`` with every count explicit (``:1``, ``:auto``)."""
     value = res.get("accelerators")
     if value is None or (isinstance(value, dict) and ("options" in value or "choices" in value)):
         return  # absent, or the internal form of model_dump()
     try:
-        options, ordered = parse_accelerators(res["accelerators"], bare=bare)
+        options, ordered = parse_accelerators(value, bare=bare)
     except ValueError as exc:
-        raise step.fail((*_RES, "accelerators"), str(exc)) from None
+        raise step.fail(path, str(exc)) from None
     res["accelerators"] = format_accelerators(options, ordered)
