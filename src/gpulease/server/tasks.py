@@ -55,6 +55,8 @@ def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
         workdir=chosen,
         file_mounts=dict(task.file_mounts),
         provider_config=dict(task.resources.provider_config),
+        disk_gb=task.resources.disk.value if task.resources.disk else None,
+        disk_tier=task.resources.disk_tier,
     )
 
 
