@@ -350,7 +350,7 @@ def _sent_mappings(provider: AwsProvider) -> list[Any]:
         (None, "high", 15, "gp3", 7000, 437),  # the AMI's size, the tier's type
     ],
 )
-def test_the_root_volume_has_the_tasks_size_and_tier(
+def test_the_root_volume_has_the_tasks_size_and_tier(  # noqa: PLR0917 - parametrized
     provider: AwsProvider, ec2: Any, disk_gb: float | None, tier: str | None, size: int,
     volume_type: str | None, iops: int | None, throughput: int | None,
 ) -> None:  # fmt: skip
@@ -393,15 +393,17 @@ def test_the_tiers_map_as_skypilots_aws_backend() -> None:
     }  # fmt: skip
     root = RootDevice("/dev/xvda", 8)
     # io2 at 20000 IOPS needs 40 GiB (500 IOPS per GiB): the volume is made that large
-    assert root_volume(root, None, "ultra") == [{"DeviceName": "/dev/xvda", "Ebs": {
-        "DeleteOnTermination": True, "VolumeSize": 40, "VolumeType": "io2", "Iops": 20000}}]  # fmt: skip
+    ultra = {"DeleteOnTermination": True, "VolumeSize": 40, "VolumeType": "io2", "Iops": 20000}
+    assert root_volume(root, None, "ultra") == [{"DeviceName": "/dev/xvda", "Ebs": ultra}]
     assert root_volume(root, 500, "best")[0]["Ebs"]["VolumeSize"] == 500
     assert root_volume(root, 20, None) == [
         {"DeviceName": "/dev/xvda", "Ebs": {"DeleteOnTermination": True, "VolumeSize": 20}}
     ]
-    assert RootDevice.of_image({"RootDeviceName": "/dev/sda1", "BlockDeviceMappings": [
+    image = {"RootDeviceName": "/dev/sda1", "BlockDeviceMappings": [
         {"DeviceName": "/dev/sdb", "Ebs": {"VolumeSize": 100}},
-        {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 45}}]}) == RootDevice("/dev/sda1", 45)  # fmt: skip
+        {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 45}},
+    ]}  # fmt: skip
+    assert RootDevice.of_image(image) == RootDevice("/dev/sda1", 45)
 
 
 def test_an_ami_setting_may_be_per_region_and_names_the_bad_entry() -> None:

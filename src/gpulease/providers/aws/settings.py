@@ -32,12 +32,13 @@ INSTALL_MODES = ("server", "pypi")
 @dataclass(frozen=True, slots=True)
 class AwsSettings:
     """``regions``: regions always listed (besides those launched in); ``ami``: an AMI id used
-    for every launch, or a mapping region → AMI id (a launch in a region it lacks is refused); ``ssh_cidr``: the only source allowed to reach port 22; ``subnets``: zone →
-    subnet id; ``instance_type``: used when a request names none; ``agent_port``: the port the
-    agent binds on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents; ``install``:
-    ``server`` (the server copies its own gpulease wheel over SSH) or ``pypi`` (user-data
-    pip-installs the published version); ``python``: the VM's interpreter the node venv is made
-    from; ``address_map``: a JSON file instance id → address, used instead of EC2's addresses
+    for every launch, or a mapping region → AMI id (a launch in a region it lacks is refused);
+    ``ssh_cidr``: the only source allowed to reach port 22; ``subnets``: zone → subnet id;
+    ``instance_type``: used when a request names none; ``agent_port``: the port the agent binds
+    on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents; ``install``: ``server``
+    (the server copies its own gpulease wheel over SSH) or ``pypi`` (user-data pip-installs the
+    published version); ``python``: the VM's interpreter the node venv is made from;
+    ``address_map``: a JSON file instance id → address, used instead of EC2's addresses
     (bastions, test harnesses); ``placement_group``: a cluster placement group per multi-node
     launch."""
 
