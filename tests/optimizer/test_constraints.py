@@ -212,3 +212,27 @@ def test_this_machine_runs_a_default_task_whatever_its_cpu(
     asked_arm = run_plan(x86_local, resources={"providers": ["local"], "cpu_arch": "arm64"})
     if set(sold.table.cpu_arch.tolist()) == {"x86_64"}:
         assert not asked_arm.plans
+
+
+def test_network_tier_best_keeps_fast_interconnects_and_names_the_field(bundled: Catalog) -> None:
+    result = run_plan(bundled, top=50, resources={"accelerators": "H100:8", "network_tier": "best"})
+    offers = bundled.offers
+    for plan in result.plans:
+        (row,) = numpy.flatnonzero(
+            (offers.instance_type == plan.instance_type)
+            & (offers.provider == plan.provider)
+            & (offers.region == plan.region)
+        )[:1]
+        fast = (
+            offers.fabric[row] in ("efa", "infiniband", "roce") or offers.network_gbps[row] >= 100
+        )
+        assert fast, plan.instance_type
+    (line,) = [r for r in result.rejected if "network_tier" in r.reason]
+    assert line.reason.startswith("resources.network_tier: best asks for EFA, InfiniBand, RoCE")
+    assert "these have ethernet" in line.reason and line.offers > 0
+    standard = run_plan(bundled, top=50, resources={"accelerators": "H100:8",
+                                                    "network_tier": "standard"})  # fmt: skip
+    plain = run_plan(bundled, top=50, resources={"accelerators": "H100:8"})
+    assert standard.offers_feasible == plain.offers_feasible > result.offers_feasible
+    assert not any("network_tier" in r.reason for r in standard.rejected)
+    _accounted(result)
