@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
 from gpulease.cli.output import console, hours, money, print_json
 
 if TYPE_CHECKING:
@@ -27,12 +28,16 @@ def plan(
     top: Annotated[int, typer.Option("--top", "-n", help="How many plans to show.", min=1)] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every reason.")] = False,
+    env: EnvOption = None,
+    env_file: EnvFileOption = None,
 ) -> None:
     """Plan a task: what to rent, where, how long it takes and what it costs."""
+    import os
     import warnings
 
     from gpulease.config import load_config
     from gpulease.optimizer import plan_all
+    from gpulease.providers.honoured import ignored_field_warnings
     from gpulease.providers.registry import (
         SELLERS,
         build_providers,
@@ -41,7 +46,8 @@ def plan(
     )
     from gpulease.spec import load_task_with_warnings
 
-    task, spec_warnings = load_task_with_warnings(task_file)
+    envs = env_overrides(env, env_file)  # a missing value is only a warning: plans need none
+    task, spec_warnings = load_task_with_warnings(task_file, envs=envs, environ=os.environ)
     config = load_config()
     providers = configured_providers(config)
     with warnings.catch_warnings():
@@ -55,6 +61,8 @@ def plan(
             launchable=frozenset(providers),
             config=config,
         )
+    launched_on = (p.provider for p in result.plans if p.launchable)
+    spec_warnings += ignored_field_warnings(task.resources, launched_on)
     if as_json:
         data = result.to_dict()
         data["warnings"] = spec_warnings

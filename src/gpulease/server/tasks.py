@@ -35,8 +35,9 @@ class TakenTask:
 
 def take_task(data: Mapping[str, Any], *, workdir: str | None = None) -> TakenTask:
     """Parse the request's task once; ``workdir`` (an absolute path the client resolved) wins
-    over the task's own."""
-    task, warnings = task_from_dict_with_warnings(data)
+    over the task's own. An env without a value is refused (the client fills them in from its
+    own side: ``--env`` and its environment; the server never looks in its own)."""
+    task, warnings = task_from_dict_with_warnings(data, require_envs=True)
     return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir))
 
 
