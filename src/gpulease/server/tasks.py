@@ -35,9 +35,10 @@ class TakenTask:
 
 def take_task(data: Mapping[str, Any], *, workdir: str | None = None) -> TakenTask:
     """Parse the request's task once; ``workdir`` (an absolute path the client resolved) wins
-    over the task's own. An env without a value is refused (the client fills them in from its
-    own side: ``--env`` and its environment; the server never looks in its own)."""
-    task, warnings = task_from_dict_with_warnings(data, require_envs=True)
+    over the task's own. The client fills in envs without a value from its own side (``--env``,
+    its environment) and refuses the launch when one is left; the server never looks in its
+    own environment (a body that still has one gets a warning, and the env is left out)."""
+    task, warnings = task_from_dict_with_warnings(data)
     return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir))
 
 
