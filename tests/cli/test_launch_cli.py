@@ -184,7 +184,7 @@ def _own_site_packages() -> set[str]:
 SECRET = "hf_" + uuid.uuid4().hex  # never to be printed, logged or shown
 GATED = """\
 name: {name}
-resources: {{providers: [local]}}
+resources: {{providers: [local], disk_tier: low}}
 envs:
   HF_TOKEN:
   WANDB_API_KEY:
@@ -215,6 +215,8 @@ def test_envs_without_a_value_come_from_env_options_and_the_environment_never_pr
     assert _sha16(SECRET) in out.stdout  # the node got the value...
     assert "wandb=w-from-env model=mistral 7b extra=1" in out.stdout
     assert "gated: succeeded" in out.stderr
+    ignored = "resources.disk_tier: low is honoured on aws only (the root EBS volume's type); "
+    assert out.stderr.count(f"warning: {ignored}local ignores it\n") == 1  # said once
     shown = [out.stdout, out.stderr, _ok(user("status", "gated", "--json")).stdout,
              _ok(user("logs", "gated")).stdout, (user.home / "server.log").read_text()]  # fmt: skip
     assert not [text for text in shown if SECRET in text]  # ...and nothing shows it

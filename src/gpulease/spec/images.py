@@ -101,7 +101,7 @@ def _ami(step: _Pass, value: Any, origin: Path) -> str | dict[str, str] | None:
 
 def _put_ami(step: _Pass, res: dict[Any, Any], ami: str | dict[str, str], origin: Path) -> None:
     config = res.get("provider_config", {})
-    aws = config.get("aws", {}) if isinstance(config, dict) else None
+    aws = (config.get("aws") or {}) if isinstance(config, dict) else None
     if not isinstance(aws, dict):
         raise step.doc.error(origin, "resources.provider_config.aws must be a mapping to add it")
     if "ami" in aws:
