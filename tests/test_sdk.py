@@ -65,3 +65,25 @@ def test_estimate_answers_for_hardware_the_user_names() -> None:
     importlib.import_module("gpulease.estimate.moe")  # still callable once imported by name
     assert gpulease.estimate is sys.modules["gpulease.estimate"]
     assert gpulease.estimate(task.workload, "H800:8", 256).hours == answer.hours
+
+
+def test_the_sdk_fills_envs_without_a_value_and_refuses_a_launch_that_lacks_one() -> None:
+    import pytest
+
+    from gpulease.client import Client
+    from gpulease.client.tasks import prepare_task
+    from gpulease.errors import SpecError
+
+    sky = {"run": "echo", "envs": {"HF_TOKEN": None, "MODEL": "llama"}}
+    body = prepare_task(sky, envs={"MODEL": "mistral"}, environ={"HF_TOKEN": "t"}).body
+    assert body["envs"] == {"HF_TOKEN": "t", "MODEL": "mistral"}
+    task = gpulease.load_task(EXAMPLE)
+    assert prepare_task(task, envs={"WANDB_API_KEY": "w"}).body["envs"]["WANDB_API_KEY"] == "w"
+    with pytest.raises(SpecError, match=r"envs\.1BAD|'1BAD'"):
+        prepare_task(task, envs={"1BAD": "x"})
+    # refused before any request: a server on a closed port would answer ServerUnavailable
+    with (
+        Client("http://127.0.0.1:9", "token", timeout=1.0) as api,
+        pytest.raises(SpecError, match=r"envs\.HF_TOKEN: has no value: pass --env HF_TOKEN=…"),
+    ):
+        api.launch(sky, name="gated")

@@ -67,7 +67,9 @@ class RunSpec(_Frozen):
 
     ``workdir`` is an absolute path on the server's machine (resolved by the client), or None;
     ``file_mounts`` maps a path on the node to a local path; ``provider_config`` is the task's
-    per-provider settings (``{provider: {...}}``)."""
+    per-provider settings (``{provider: {...}}``); ``disk_gb`` and ``disk_tier`` are the task's
+    ``resources.disk`` (GB) and ``resources.disk_tier``, for the providers that size and choose
+    the node's disk (aws: its root EBS volume)."""
 
     run: str | None = None
     setup: str | None = None
@@ -75,6 +77,8 @@ class RunSpec(_Frozen):
     workdir: str | None = None
     file_mounts: dict[str, str] = Field(default_factory=dict)
     provider_config: dict[str, Any] = Field(default_factory=dict)
+    disk_gb: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    disk_tier: str | None = None
 
 
 class CheckpointSync(_Frozen):

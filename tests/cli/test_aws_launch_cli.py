@@ -77,3 +77,34 @@ def test_launch_status_down_on_aws(user: Cli, aws_env: str, tmp_path: Any) -> No
     assert _tagged(ec2, "instances") == []
     wait_until(lambda: not _tagged(ec2, "groups") or None, 30, "the security group to go")
     assert _tagged(ec2, "keys") == []
+
+
+@pytest.mark.slow
+def test_a_skypilot_image_id_disk_size_and_disk_tier_shape_the_instance(
+    user: Cli,
+    aws_env: str,  # noqa: F811 - fixture
+    tmp_path: Any,
+) -> None:
+    ec2 = aws_client("ec2", aws_env)
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][-1]["ImageId"]
+    task = tmp_path / "sky.yaml"
+    task.write_text(
+        "name: skydisk\nresources:\n  accelerators: T4:1\n"
+        f"  image_id: {{us-east-1: {ami}}}\n  disk_size: 120\n  disk_tier: high\nrun: echo hi\n"
+    )
+    plan = json.loads(user("plan", str(task), "--json", check=True).stdout)
+    assert {p["provider"] for p in plan["plans"]} == {"aws"}  # an AMI limits the task to aws
+    assert {p["region"] for p in plan["plans"]} == {"us-east-1"}  # and to its regions
+    out = user("launch", str(task), "-d")
+    assert out.returncode == 0, out.stderr
+    assert "disk_tier" not in out.stderr  # aws honours it: no warning
+    wait_until(lambda: _tagged(ec2, "instances") or None, 30, "the instance")
+    (instance,) = _tagged(ec2, "instances")
+    assert instance["ImageId"] == ami
+    (mapping,) = instance["BlockDeviceMappings"]
+    (volume,) = ec2.describe_volumes(VolumeIds=[mapping["Ebs"]["VolumeId"]])["Volumes"]
+    assert (volume["Size"], volume["VolumeType"]) == (120, "gp3")
+    assert user("down", "skydisk").returncode == 0
+    assert _tagged(ec2, "instances") == []
+    gone = [{"Name": "volume-id", "Values": [volume["VolumeId"]]}]
+    assert ec2.describe_volumes(Filters=gone)["Volumes"] == []  # deleted with the instance

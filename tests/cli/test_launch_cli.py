@@ -179,3 +179,68 @@ def _own_site_packages() -> set[str]:
     """What the test interpreter's site-packages holds (byte-code caches aside)."""
     purelib = Path(sysconfig.get_paths()["purelib"])
     return {p.name for p in purelib.iterdir() if p.name != "__pycache__"}
+
+
+SECRET = "hf_" + uuid.uuid4().hex  # never to be printed, logged or shown
+GATED = """\
+name: {name}
+resources: {{providers: [local], disk_tier: low}}
+envs:
+  HF_TOKEN:
+  WANDB_API_KEY:
+  MODEL: llama
+run: |
+  printf %s "$HF_TOKEN" | sha256sum | cut -c1-16
+  echo "wandb=$WANDB_API_KEY model=$MODEL extra=$EXTRA"
+"""
+
+
+def _sha16(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.slow
+def test_envs_without_a_value_come_from_env_options_and_the_environment_never_printed(
+    user: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = tmp_path / "gated.yaml"
+    task.write_text(GATED.format(name="gated"))
+    dotenv = tmp_path / "run.env"
+    dotenv.write_text("# the model for this run\nexport MODEL='mistral 7b'\n")
+    monkeypatch.setenv("WANDB_API_KEY", "w-from-env")
+    out = _ok(user("launch", str(task), "--env", f"HF_TOKEN={SECRET}", "--env-file", str(dotenv),
+                   "--env", "EXTRA=1"))  # fmt: skip
+    assert _sha16(SECRET) in out.stdout  # the node got the value...
+    assert "wandb=w-from-env model=mistral 7b extra=1" in out.stdout
+    assert "gated: succeeded" in out.stderr
+    ignored = "resources.disk_tier: low is honoured on aws only (the root EBS volume's type); "
+    assert out.stderr.count(f"warning: {ignored}local ignores it\n") == 1  # said once
+    shown = [out.stdout, out.stderr, _ok(user("status", "gated", "--json")).stdout,
+             _ok(user("logs", "gated")).stdout, (user.home / "server.log").read_text()]  # fmt: skip
+    assert not [text for text in shown if SECRET in text]  # ...and nothing shows it
+    _ok(user("down", "gated"))
+
+
+def test_an_env_still_without_a_value_exits_2_and_launches_nothing(
+    user: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = tmp_path / "gated.yaml"
+    task.write_text(GATED.format(name="gated"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+    for command in (("launch",), ("jobs", "launch")):
+        result = _ok(user(*command, str(task)), 2)
+        assert result.stderr == (
+            f"error: {task}:4: envs.HF_TOKEN: has no value: pass --env HF_TOKEN=… or set "
+            "HF_TOKEN in the environment\n"
+        )
+    for args, words in (
+        (("--env", f"1BAD={SECRET}"), "--env: '1BAD' is not an environment variable name"),
+        (("--env", "HF_TOKEN"), "--env HF_TOKEN: HF_TOKEN is not set in the environment"),
+        (("--env-file", str(tmp_path / "none.env")), "cannot read it: No such file"),
+    ):
+        result = _ok(user("launch", str(task), *args), 2)
+        assert words in result.stderr and SECRET not in result.stderr, result.stderr
+    assert not (user.home / "server.json").exists()  # no server was started: nothing launched

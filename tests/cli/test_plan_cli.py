@@ -163,3 +163,38 @@ def test_bad_run_hours_exit_2(cli: Cli, args: list[str], needle: str) -> None:
     assert out.returncode == 2 and needle in out.stderr
     with_workload = cli("plan", "examples/finetune-7b.yaml", "--hours", "3")
     assert with_workload.returncode == 2 and "has a workload" in with_workload.stderr
+
+
+def test_plan_warns_about_an_env_without_a_value_and_takes_env_options(
+    cli: Cli, tmp_path: Path
+) -> None:
+    task = tmp_path / "gated.yaml"
+    task.write_text("resources:\n  accelerators: T4:1\nenvs:\n  HF_TOKEN:\nrun: echo\n")
+    out = cli("plan", str(task), "--json", check=True)
+    (warning,) = json.loads(out.stdout)["warnings"]
+    assert warning.endswith(
+        "gated.yaml:4: envs.HF_TOKEN: has no value and is left out (pass --env HF_TOKEN=… "
+        "or set HF_TOKEN in the environment)"
+    )
+    given = cli("plan", str(task), "--json", "--env", "HF_TOKEN=x", check=True)
+    assert json.loads(given.stdout)["warnings"] == []
+
+
+def test_plan_says_once_that_a_disk_tier_is_ignored_off_aws_and_filters_network_tier(
+    cli: Cli, tmp_path: Path
+) -> None:
+    task = tmp_path / "tiers.yaml"
+    task.write_text("resources:\n  disk_tier: high\nrun: echo\n")
+    data = json.loads(cli("plan", str(task), "--json", check=True).stdout)
+    assert data["warnings"] == [
+        "resources.disk_tier: high is honoured on aws only (the root EBS volume's type); "
+        "local ignores it"
+    ]
+    task.write_text("resources:\n  accelerators: L4:auto\n  network_tier: best\nrun: echo\n")
+    out = cli("plan", str(task), "--top", "50", check=True).stdout
+    assert "resources.network_tier: best asks for EFA, InfiniBand, RoCE or ≥ 100 Gbps" in out
+    data = json.loads(cli("plan", str(task), "--json", "--top", "50", check=True).stdout)
+    assert data["plans"] and not any(p["provider"] == "local" for p in data["plans"])
+    assert any("resources.network_tier" in r["reason"] for r in data["rejected"])
+    bad = cli("plan", str(task), "--env", "bad-name=1")
+    assert bad.returncode == 2 and "--env: 'bad-name'" in bad.stderr

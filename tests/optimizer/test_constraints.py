@@ -256,3 +256,27 @@ def test_a_grace_part_asked_by_name_brings_its_arm64_host(bundled: Catalog) -> N
     assert result.plans and {p.cpu_arch for p in result.plans} == {"arm64"}
     explicit = run_plan(bundled, resources={"accelerators": "GH200:1", "cpu_arch": "x86_64"})
     assert not explicit.plans and "host CPU arm64, the task asks x86_64" in _reasons(explicit)
+
+
+def test_network_tier_best_keeps_fast_interconnects_and_names_the_field(bundled: Catalog) -> None:
+    result = run_plan(bundled, top=50, resources={"accelerators": "H100:8", "network_tier": "best"})
+    offers = bundled.offers
+    for plan in result.plans:
+        (row,) = numpy.flatnonzero(
+            (offers.instance_type == plan.instance_type)
+            & (offers.provider == plan.provider)
+            & (offers.region == plan.region)
+        )[:1]
+        fast = (
+            offers.fabric[row] in ("efa", "infiniband", "roce") or offers.network_gbps[row] >= 100
+        )
+        assert fast, plan.instance_type
+    (line,) = [r for r in result.rejected if "network_tier" in r.reason]
+    assert line.reason.startswith("resources.network_tier: best asks for EFA, InfiniBand, RoCE")
+    assert "these have ethernet" in line.reason and line.offers > 0
+    standard = run_plan(bundled, top=50, resources={"accelerators": "H100:8",
+                                                    "network_tier": "standard"})  # fmt: skip
+    plain = run_plan(bundled, top=50, resources={"accelerators": "H100:8"})
+    assert standard.offers_feasible == plain.offers_feasible > result.offers_feasible
+    assert not any("network_tier" in r.reason for r in standard.rejected)
+    _accounted(result)

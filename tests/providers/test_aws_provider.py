@@ -286,3 +286,130 @@ def test_the_server_builds_aws_only_from_a_providers_aws_section(
     }  # fmt: skip
     with pytest.raises(UserInputError, match=r"providers\.aws\.regions"):
         build_providers({"providers": {"aws": {"regions": "mars"}}})
+
+
+# --- a task's image_id (provider_config.aws.ami) and its root disk (disk_gb, disk_tier) --------
+
+AMI_A, AMI_B = "ami-03cf127a", "ami-12c6146b"  # moto's stock images, in every region
+
+
+def _described(ec2: Any, instance_id: str) -> dict[str, Any]:
+    found = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return dict(found)
+
+
+def _ec2_in(ec2: Any, region: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        "ec2", endpoint_url=ec2.meta.endpoint_url, region_name=region,
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+
+
+def test_an_instance_starts_from_the_tasks_ami_also_from_a_per_region_mapping(
+    provider: AwsProvider, ec2: Any
+) -> None:
+    (one,) = provider.launch(_request(provider_config={"aws": {"ami": AMI_B}}))
+    assert _described(ec2, one.id)["ImageId"] == AMI_B
+    per_region = {"aws": {"ami": {"us-east-1": AMI_A, "us-west-2": AMI_B}}}
+    (east,) = provider.launch(_request(provider_config=per_region))
+    (west,) = provider.launch(_request(provider_config=per_region, region="us-west-2"))
+    assert _described(ec2, east.id)["ImageId"] == AMI_A
+    assert _described(_ec2_in(ec2, "us-west-2"), west.id)["ImageId"] == AMI_B
+    with pytest.raises(ProviderError, match=r"provider_config\.aws\.ami has no AMI for eu-west-1"):
+        provider.launch(_request(provider_config=per_region, region="eu-west-1"))
+
+
+def _root_volume(ec2: Any, instance_id: str) -> dict[str, Any]:
+    instance = _described(ec2, instance_id)
+    (mapping,) = instance["BlockDeviceMappings"]
+    assert mapping["DeviceName"] == "/dev/sda1"  # the AMI's RootDeviceName
+    (volume,) = ec2.describe_volumes(VolumeIds=[mapping["Ebs"]["VolumeId"]])["Volumes"]
+    return dict(volume)
+
+
+def _sent_mappings(provider: AwsProvider) -> list[Any]:
+    """The BlockDeviceMappings each RunInstances call sent (moto keeps no Iops/Throughput)."""
+    sent: list[Any] = []
+    events = provider.ec2.client("us-east-1").meta.events
+    events.register(
+        "provide-client-params.ec2.RunInstances",
+        lambda params, **_: sent.append(params.get("BlockDeviceMappings")),
+    )
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("disk_gb", "tier", "size", "volume_type", "iops", "throughput"),
+    [
+        (100.0, "high", 100, "gp3", 7000, 437),
+        (250.5, "medium", 251, "gp3", 3500, 218),
+        (64.0, "low", 64, "standard", None, None),
+        (8.0, None, 15, None, None, None),  # never below the AMI's 15 GiB root snapshot
+        (None, "high", 15, "gp3", 7000, 437),  # the AMI's size, the tier's type
+    ],
+)
+def test_the_root_volume_has_the_tasks_size_and_tier(  # noqa: PLR0917 - parametrized
+    provider: AwsProvider, ec2: Any, disk_gb: float | None, tier: str | None, size: int,
+    volume_type: str | None, iops: int | None, throughput: int | None,
+) -> None:  # fmt: skip
+    sent = _sent_mappings(provider)
+    request = _request(2, disk_gb=disk_gb, disk_tier=tier, provider_config={"aws": {"ami": AMI_A}})
+    instances = provider.launch(request)
+    for inst in instances:
+        volume = _root_volume(ec2, inst.id)
+        assert volume["Size"] == size
+        if volume_type:
+            assert volume["VolumeType"] == volume_type
+        tags = {t["Key"]: t["Value"] for t in volume["Tags"]}
+        assert tags[TAG_REQUEST] == request.request_id
+    (mappings,) = sent
+    ebs = mappings[0]["Ebs"]
+    assert ebs["DeleteOnTermination"] is True
+    assert (ebs.get("Iops"), ebs.get("Throughput")) == (iops, throughput)
+    provider.terminate([i.id for i in instances])
+    assert (
+        ec2.describe_volumes(
+            Filters=[{"Name": f"tag:{TAG_REQUEST}", "Values": [request.request_id]}]
+        )["Volumes"]
+        == []
+    )  # deleted with the instances
+
+
+def test_without_disk_or_tier_the_launch_sends_no_mapping(provider: AwsProvider) -> None:
+    sent = _sent_mappings(provider)
+    provider.launch(_request())
+    assert sent == [None]
+
+
+def test_the_tiers_map_as_skypilots_aws_backend() -> None:
+    from gpulease.providers.aws.volumes import RootDevice, root_volume, tier_spec
+
+    table = {t: tier_spec(t) for t in ("low", "medium", "high", "ultra", "best")}
+    assert {t: (s.volume_type, s.iops, s.throughput) for t, s in table.items()} == {
+        "low": ("standard", None, None), "medium": ("gp3", 3500, 218),
+        "high": ("gp3", 7000, 437), "ultra": ("io2", 20000, None), "best": ("io2", 20000, None),
+    }  # fmt: skip
+    root = RootDevice("/dev/xvda", 8)
+    # io2 at 20000 IOPS needs 40 GiB (500 IOPS per GiB): the volume is made that large
+    ultra = {"DeleteOnTermination": True, "VolumeSize": 40, "VolumeType": "io2", "Iops": 20000}
+    assert root_volume(root, None, "ultra") == [{"DeviceName": "/dev/xvda", "Ebs": ultra}]
+    assert root_volume(root, 500, "best")[0]["Ebs"]["VolumeSize"] == 500
+    assert root_volume(root, 20, None) == [
+        {"DeviceName": "/dev/xvda", "Ebs": {"DeleteOnTermination": True, "VolumeSize": 20}}
+    ]
+    image = {"RootDeviceName": "/dev/sda1", "BlockDeviceMappings": [
+        {"DeviceName": "/dev/sdb", "Ebs": {"VolumeSize": 100}},
+        {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 45}},
+    ]}  # fmt: skip
+    assert RootDevice.of_image(image) == RootDevice("/dev/sda1", 45)
+
+
+def test_an_ami_setting_may_be_per_region_and_names_the_bad_entry() -> None:
+    settings = AwsSettings.from_mapping({"ami": {"us-east-1": AMI_A}})
+    assert settings.ami == {"us-east-1": AMI_A}
+    with pytest.raises(UserInputError, match=r"providers\.aws\.ami\.us-east-1: expected an AMI"):
+        AwsSettings.from_mapping({"ami": {"us-east-1": "img-1"}})
+    with pytest.raises(UserInputError, match=r"providers\.aws\.ami: 'mars' is not a region"):
+        AwsSettings.from_mapping({"ami": {"mars": AMI_A}})

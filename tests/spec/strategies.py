@@ -77,6 +77,8 @@ resources = st.builds(
     cpus=st.one_of(st.none(), minimums),
     memory=st.one_of(st.none(), minimums),
     disk=st.one_of(st.none(), minimums),
+    disk_tier=st.one_of(st.none(), st.sampled_from(["low", "medium", "high", "ultra", "best"])),
+    network_tier=st.one_of(st.none(), st.sampled_from(["standard", "best"])),
     cpu_arch=st.sampled_from(["x86_64", "arm64", "any"]),
     use_spot=st.sampled_from([True, False, "auto"]),
     providers=st.one_of(st.none(), st.lists(st.sampled_from(["aws", "sim", "local"]), min_size=1)),

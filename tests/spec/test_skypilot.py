@@ -146,8 +146,6 @@ def test_infra_strings(infra: str, providers: list[str] | None, regions: list[st
         ("image_id", "docker:ubuntu"),
         ("ports", "[8080, 8081]"),
         ("labels", "{team: ml}"),
-        ("disk_tier", "best"),
-        ("network_tier", "best"),
         ("accelerator_args", "{tpu_vm: true}"),
         ("autostop", "10"),
         ("priority", "5"),
@@ -188,7 +186,7 @@ def test_parse_task_emits_warnings_as_spec_warnings() -> None:
     assert [str(warning.message) for warning in record] == [
         "sky.yaml: read as a SkyPilot task (SkyPilot fields: resources.image_id)",
         "sky.yaml:2: resources.image_id: ignored (SkyPilot field that gpulease does not honour: "
-        "custom images are not supported)",
+        "docker images (docker:…) are not run yet)",
     ]
 
 

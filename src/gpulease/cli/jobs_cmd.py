@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
 from gpulease.cli.follow import client, say, task_failure_text
 from gpulease.cli.launch_cmd import load_for_launch, say_new_warnings
 from gpulease.cli.output import console, print_json
@@ -36,10 +37,12 @@ def launch(
         bool, typer.Option("--detach", "-d", help="Return once launched; do not follow.")
     ] = False,
     as_json: Json = False,
+    env: EnvOption = None,
+    env_file: EnvFileOption = None,
 ) -> None:
     """Launch a managed job: spot when cheap, on-demand when the deadline needs it, recovered
     from its last checkpoint after every preemption."""
-    task, said = load_for_launch(task_file, provider)
+    task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
     with client() as api:
         view = api.job_launch(task, name=name)
         if not as_json:

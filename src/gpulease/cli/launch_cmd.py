@@ -1,13 +1,18 @@
 """``gpulease launch TASK.yaml``: plan, provision, set up and run a task through the server,
-showing progress and the run's output live; exits with the task's exit status."""
+showing progress and the run's output live; exits with the task's exit status. ``--env`` /
+``--env-file`` give the task's envs (:mod:`gpulease.cli.envs`); an env the file lists without a
+value must get one, here or from the environment, or nothing is launched (exit 2)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
 from gpulease.cli.follow import client, follow, say
 
 if TYPE_CHECKING:
@@ -39,9 +44,11 @@ def launch(
     down: Annotated[
         bool, typer.Option("--down", help="With -i: terminate instead of stopping.")
     ] = False,
+    env: EnvOption = None,
+    env_file: EnvFileOption = None,
 ) -> None:
     """Launch a task: rent the best launchable plan, set it up and run it."""
-    task, said = load_for_launch(task_file, provider)
+    task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
     api = client()
     with api:
         view = api.launch(task, name=name, autostop_minutes=idle_minutes, down=down)
@@ -54,12 +61,18 @@ def launch(
     raise typer.Exit(code)
 
 
-def load_for_launch(task_file: Path, providers: list[str] | None) -> tuple[Task, list[str]]:
-    """The task file, parsed here (errors name the field and the line), its warnings said, and
-    limited to ``--provider`` when given; returns the task and the warnings said."""
+def load_for_launch(
+    task_file: Path, providers: list[str] | None, envs: Mapping[str, str] | None = None
+) -> tuple[Task, list[str]]:
+    """The task file, parsed here (errors name the field and the line), with ``envs`` (``--env``)
+    over its own and its value-less envs from this environment (still missing: exit 2), its
+    warnings said, and limited to ``--provider`` when given; returns the task and the warnings
+    said."""
     from gpulease.spec import load_task_with_warnings, with_providers
 
-    task, warnings = load_task_with_warnings(task_file)
+    task, warnings = load_task_with_warnings(
+        task_file, envs=envs, environ=os.environ, require_envs=True
+    )
     for warning in warnings:
         say(f"warning: {warning}")
     return (with_providers(task, providers) if providers else task), warnings

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
 from gpulease.cli.output import console, hours, money, print_json
 
 if TYPE_CHECKING:
@@ -35,14 +36,18 @@ def plan(
             "long, so plans get a cost and -o fastest has a time to rank by.",
         ),
     ] = None,
+    env: EnvOption = None,
+    env_file: EnvFileOption = None,
 ) -> None:
     """Plan a task: what to rent, where, how long it takes and what it costs.
 
     Exits 0 with plans, 1 when no offer fits (the rejections say why), 2 on bad input."""
+    import os
     import warnings
 
     from gpulease.config import load_config
     from gpulease.optimizer import plan_all
+    from gpulease.providers.honoured import ignored_field_warnings
     from gpulease.providers.registry import (
         SELLERS,
         build_providers,
@@ -51,7 +56,8 @@ def plan(
     )
     from gpulease.spec import load_task_with_warnings
 
-    task, spec_warnings = load_task_with_warnings(task_file)
+    envs = env_overrides(env, env_file)  # a missing value is only a warning: plans need none
+    task, spec_warnings = load_task_with_warnings(task_file, envs=envs, environ=os.environ)
     config = load_config()
     providers = configured_providers(config)
     with warnings.catch_warnings():
@@ -66,6 +72,8 @@ def plan(
             config=config,
             hours=run_hours,
         )
+    launched_on = (p.provider for p in result.plans if p.launchable)
+    spec_warnings += ignored_field_warnings(task.resources, launched_on)
     if as_json:
         data = result.to_dict()
         data["warnings"] = spec_warnings

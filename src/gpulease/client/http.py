@@ -85,12 +85,16 @@ class Client:
         workdir: str | None = None,
         autostop_minutes: int | None = None,
         down: bool = False,
+        envs: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Launch ``task`` (a :class:`~gpulease.spec.Task`, or a mapping in either task format)
         on a new cluster. Relative local paths (``workdir``, ``file_mounts`` sources) are taken
-        from the current directory. The view has ``warnings``: the fields read but not
-        honoured."""
-        prepared = prepare_task(task, workdir=workdir)
+        from the current directory. ``envs`` (like ``--env``) win over the task's; an env a
+        mapping lists without a value takes it from ``environ`` (e.g. ``os.environ``; default:
+        nowhere) or the launch is refused (:class:`~gpulease.errors.SpecError`). The view has
+        ``warnings``: the fields read but not honoured."""
+        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
         body = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
                 "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip
         return _with_warnings(self._http.json("POST", "/v1/clusters", json=body), prepared)
@@ -141,10 +145,12 @@ class Client:
         *,
         name: str | None = None,
         workdir: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Launch a managed job: it is recovered after preemptions and failures until it ends.
-        ``task`` and local paths as in :meth:`launch`."""
-        prepared = prepare_task(task, workdir=workdir)
+        ``task``, local paths, ``envs`` and ``environ`` as in :meth:`launch`."""
+        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
         body = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
         return _with_warnings(self._http.json("POST", "/v1/jobs", json=body), prepared)
 

@@ -1,6 +1,8 @@
 """A task on its way to the server: taken as a :class:`~gpulease.spec.Task` or a mapping (either
-format), its local paths made absolute against the caller's working directory — the server does
-not share it — and dumped once into the request body.
+format), its envs completed on this side (``envs`` overrides; value-less envs of a mapping from
+``environ``, else an error naming them — the server never looks in its own environment), its
+local paths made absolute against the caller's working directory — the server does not share it
+— and dumped once into the request body.
 
 Owns :func:`prepare_task` and :func:`resolve_workdir`. Moves no states.
 """
@@ -28,16 +30,26 @@ class PreparedTask:
 
 
 def prepare_task(
-    task: Task | Mapping[str, Any], *, workdir: str | None = None, cwd: Path | None = None
+    task: Task | Mapping[str, Any],
+    *,
+    workdir: str | None = None,
+    cwd: Path | None = None,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> PreparedTask:
-    """Parse a mapping (a ``Task`` is used as is), resolve ``workdir`` (``workdir`` given here
-    wins over the task's) and the local sources of ``file_mounts`` against ``cwd`` (default:
-    the current directory), and dump the task once."""
+    """Parse a mapping (a ``Task`` is used as is) with ``envs`` over its own and its value-less
+    envs from ``environ`` (still missing: a SpecError naming them), resolve ``workdir``
+    (``workdir`` given here wins over the task's) and the local sources of ``file_mounts``
+    against ``cwd`` (default: the current directory), and dump the task once."""
     from gpulease.spec import Task, task_from_dict_with_warnings  # lazy: `status` needs no spec
 
     warnings: list[str] = []
+    if isinstance(task, Task) and envs:  # validated again: the names must be env names
+        task = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     if not isinstance(task, Task):
-        task, warnings = task_from_dict_with_warnings(task)
+        task, warnings = task_from_dict_with_warnings(
+            task, envs=envs, environ=environ, require_envs=True
+        )
     base = cwd or Path.cwd()
     resolved = resolve_workdir(workdir or task.workdir, base)
     mounts = {remote: _absolute(local, base) for remote, local in task.file_mounts.items()}

@@ -321,6 +321,7 @@ class Applier:
 def _launch(provider: Provider, view: IntentView, snap: Snapshot) -> list[Instance]:
     failpoints.hit("intent-committed")
     target = snap.cluster.target
+    run = snap.cluster.document.run
     request = LaunchRequest(
         request_id=view.request_id,
         cluster=view.cluster_name,
@@ -332,7 +333,9 @@ def _launch(provider: Provider, view: IntentView, snap: Snapshot) -> list[Instan
         accelerator=target.accelerator,
         gpus_per_node=target.gpus_per_node,
         spot=view.pricing == "spot",
-        provider_config=dict(snap.cluster.document.run.provider_config),
+        provider_config=dict(run.provider_config),
+        disk_gb=run.disk_gb,
+        disk_tier=run.disk_tier,
     )
     instances = provider.launch(request)
     failpoints.hit("provider-launched")

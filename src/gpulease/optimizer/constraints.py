@@ -2,7 +2,7 @@
 
 Order matters only for the explanation: each rejected offer is explained by the first constraint it
 fails, in the order a user reads a task file (instance type, accelerators, host CPU architecture,
-providers, regions, data policy, host size, pricing availability).
+providers, regions, data policy, host size, network tier, pricing availability).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def apply_resource_constraints(
             funnel.reject(reason, count)
     _host_minimum(funnel, offers.vcpus, resources.cpus, "vCPUs", "cpus")
     _host_minimum(funnel, offers.ram_gb, resources.memory, "GB of RAM", "memory")
+    _network_tier(funnel, offers, resources.network_tier)
 
 
 def _instance_type(funnel: Funnel, offers: OfferTable, wanted: str | None) -> None:
@@ -278,3 +279,33 @@ def _host_minimum(
             f"{examples(f'{v:g}' for v in set(values[m].tolist()))}"
         ),
     )
+
+
+FAST_FABRICS = ("efa", "infiniband", "roce")
+FAST_NETWORK_GBPS = 100.0
+
+
+def _network_tier(funnel: Funnel, offers: OfferTable, tier: str | None) -> None:
+    """``network_tier: best`` keeps the offers the catalog knows to have a fast interconnect:
+    an EFA, InfiniBand or RoCE fabric, or at least 100 Gbps; ``standard`` keeps every offer."""
+    if tier != "best":
+        return
+    fast = np.isin(offers.fabric, FAST_FABRICS) | (offers.network_gbps >= FAST_NETWORK_GBPS)
+    funnel.apply(
+        fast,
+        lambda m: (
+            "resources.network_tier: best asks for EFA, InfiniBand, RoCE or ≥ 100 Gbps; these "
+            f"have {examples(_network_of(offers, m))} "
+            f"({examples(offers.instance_type[m])})"
+        ),
+    )
+
+
+def _network_of(offers: OfferTable, removed: Mask) -> list[str]:
+    """``ethernet 25 Gbps`` / ``ethernet`` (speed unknown) for each removed offer."""
+    speeds = offers.network_gbps[removed]
+    fabrics = offers.fabric[removed]
+    return [
+        f"{fabric} {speed:g} Gbps" if np.isfinite(speed) else f"{fabric}"
+        for fabric, speed in zip(fabrics.tolist(), speeds.tolist(), strict=True)
+    ]

@@ -53,7 +53,10 @@ class InstanceState(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
     """What to start. ``request_id`` makes ``launch`` idempotent: the same id never starts more
-    nodes; a repeat returns the instances the first call started."""
+    nodes; a repeat returns the instances the first call started. ``disk_gb`` / ``disk_tier``
+    (the task's ``resources.disk`` and ``disk_tier``: ``low``, ``medium``, ``high``, ``ultra``,
+    ``best``) size and choose each node's disk where the provider can (aws); the others ignore
+    them."""
 
     request_id: str
     cluster: str
@@ -67,6 +70,8 @@ class LaunchRequest:
     spot: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
     provider_config: Mapping[str, Any] = field(default_factory=dict)
+    disk_gb: float | None = None
+    disk_tier: str | None = None
 
     def all_tags(self) -> dict[str, str]:
         return {

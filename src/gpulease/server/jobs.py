@@ -19,6 +19,7 @@ from gpulease import config
 from gpulease.controller.job_document import JobDocument, JobPolicy
 from gpulease.controller.job_loop import JobReconciler, job_task_id
 from gpulease.errors import UserInputError
+from gpulease.providers.honoured import ignored_field_warnings
 from gpulease.server.planning import NoLaunchablePlan, expected_hours, launch_targets
 from gpulease.server.service import ClusterService, NotFound, check_name
 from gpulease.server.tasks import take_task
@@ -84,7 +85,8 @@ class JobService:
             job.task = doc.to_json()
             view = job_view(session, job)
         self.wake()
-        return {**view, "warnings": list(taken.warnings)}
+        ignored = ignored_field_warnings(task.resources, (t.provider for t in (*spot, *on_demand)))
+        return {**view, "warnings": [*taken.warnings, *ignored]}
 
     def _targets(self, task: Task) -> tuple[list[LaunchTarget], list[LaunchTarget]]:
         catalog = self.clusters.catalog()

@@ -25,6 +25,7 @@ from gpulease.controller.document import cluster_task_id
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsSsh, SupportsStopStart
+from gpulease.providers.honoured import ignored_field_warnings
 from gpulease.providers.registry import runtime_catalog
 from gpulease.server.planning import launch_targets
 from gpulease.server.tasks import take_task
@@ -119,7 +120,8 @@ class ClusterService:
             raise Conflict(f"{exc}: take it down first (gpulease down {name}) or pick another "
                            "--name") from None  # fmt: skip
         self.wake()
-        return {**view, "warnings": list(taken.warnings)}
+        ignored = ignored_field_warnings(taken.task.resources, (t.provider for t in targets))
+        return {**view, "warnings": [*taken.warnings, *ignored]}
 
     def check_files(
         self, workdir: str | None, file_mounts: Mapping[str, str], targets: Iterable[LaunchTarget]

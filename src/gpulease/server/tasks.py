@@ -35,7 +35,9 @@ class TakenTask:
 
 def take_task(data: Mapping[str, Any], *, workdir: str | None = None) -> TakenTask:
     """Parse the request's task once; ``workdir`` (an absolute path the client resolved) wins
-    over the task's own."""
+    over the task's own. The client fills in envs without a value from its own side (``--env``,
+    its environment) and refuses the launch when one is left; the server never looks in its
+    own environment (a body that still has one gets a warning, and the env is left out)."""
     task, warnings = task_from_dict_with_warnings(data)
     return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir))
 
@@ -55,6 +57,8 @@ def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
         workdir=chosen,
         file_mounts=dict(task.file_mounts),
         provider_config=dict(task.resources.provider_config),
+        disk_gb=task.resources.disk.value if task.resources.disk else None,
+        disk_tier=task.resources.disk_tier,
     )
 
 

@@ -5,6 +5,11 @@
   not honoured are reported through :func:`warnings.warn` as :class:`SpecWarning`.
 - :func:`load_task_with_warnings` / :func:`parse_task_with_warnings` return those warnings as
   text lines instead (for the CLI to print).
+- Each of them takes, as keywords, what a launch adds to the file's ``envs``
+  (:mod:`gpulease.spec.env_values`): ``envs`` (``--env NAME=VALUE``: they win over the file's),
+  ``environ`` (where an env the file lists without a value is looked up: the launching
+  command's environment; None, the default: nowhere) and ``require_envs`` (an env still without
+  a value is then an error naming ``envs.NAME``; otherwise a warning, and it is left out).
 - :func:`dump_task` writes a task back in the format a user writes (``parse_task(dump_task(t))
   == t``).
 
@@ -23,6 +28,7 @@ from pydantic import ValidationError
 
 from gpulease.errors import SpecError
 from gpulease.spec.diagnostics import spec_error
+from gpulease.spec.env_values import fill_envs, require_values
 from gpulease.spec.models import Task
 from gpulease.spec.normalize import normalize
 from gpulease.spec.yaml_lines import Document, dump_yaml, load_yaml
@@ -48,7 +54,13 @@ def _kind(value: object) -> str:
     return "text" if isinstance(value, str) else type(value).__name__
 
 
-def _task_from_document(doc: Document) -> tuple[Task, list[str]]:
+def _task_from_document(
+    doc: Document,
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
+) -> tuple[Task, list[str]]:
     if doc.data is None:
         raise SpecError(
             "the task is empty; expected fields such as resources: and run:", source=doc.source
@@ -59,6 +71,7 @@ def _task_from_document(doc: Document) -> tuple[Task, list[str]]:
             line=doc.line(()),
             source=doc.source,
         )
+    doc = fill_envs(doc, overrides=envs, environ=environ)
     normalized = normalize(Document(dict(doc.data), doc.lines, doc.source))
     try:
         task = Task.model_validate(normalized.data)
@@ -66,6 +79,8 @@ def _task_from_document(doc: Document) -> tuple[Task, list[str]]:
         raise spec_error(exc, normalized, doc) from None
     except (ArithmeticError, RecursionError) as exc:  # a value too large or deep to handle
         raise SpecError(f"a value cannot be handled: {exc}", source=doc.source) from None
+    if require_envs:
+        require_values(doc)
     return task, normalized.warnings
 
 
@@ -74,16 +89,35 @@ def _emit(messages: list[str]) -> None:
         warnings.warn(message, SpecWarning, stacklevel=3)
 
 
-def parse_task_with_warnings(text: str, source: str | None = None) -> tuple[Task, list[str]]:
-    """Parse task YAML; return the task and one line per field read but not honoured."""
+def parse_task_with_warnings(
+    text: str,
+    source: str | None = None,
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
+) -> tuple[Task, list[str]]:
+    """Parse task YAML; return the task and one line per field read but not honoured.
+    ``envs``/``environ``/``require_envs``: values of envs given at launch (module docstring)."""
     if not isinstance(text, str):
         raise SpecError(f"expected YAML text, got {type(text).__name__}", source=source)
-    return _task_from_document(load_yaml(text, source))
+    return _task_from_document(
+        load_yaml(text, source), envs=envs, environ=environ, require_envs=require_envs
+    )
 
 
-def parse_task(text: str, source: str | None = None) -> Task:
+def parse_task(
+    text: str,
+    source: str | None = None,
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
+) -> Task:
     """Parse task YAML (gpulease or SkyPilot form); warnings go to :func:`warnings.warn`."""
-    task, messages = parse_task_with_warnings(text, source)
+    task, messages = parse_task_with_warnings(
+        text, source, envs=envs, environ=environ, require_envs=require_envs
+    )
     _emit(messages)
     return task
 
@@ -100,29 +134,61 @@ def _read(path: str | os.PathLike[str]) -> str:
         ) from None
 
 
-def load_task_with_warnings(path: str | os.PathLike[str]) -> tuple[Task, list[str]]:
-    """Read a task file; return the task and one line per field read but not honoured."""
-    return parse_task_with_warnings(_read(path), os.fspath(path))
+def load_task_with_warnings(
+    path: str | os.PathLike[str],
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
+) -> tuple[Task, list[str]]:
+    """Read a task file; return the task and one line per field read but not honoured.
+    ``envs``/``environ``/``require_envs``: values of envs given at launch (module docstring)."""
+    return parse_task_with_warnings(
+        _read(path), os.fspath(path), envs=envs, environ=environ, require_envs=require_envs
+    )
 
 
-def load_task(path: str | os.PathLike[str]) -> Task:
+def load_task(
+    path: str | os.PathLike[str],
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
+) -> Task:
     """Read a task file (gpulease or SkyPilot form); warnings go to :func:`warnings.warn`."""
-    task, messages = load_task_with_warnings(path)
+    task, messages = load_task_with_warnings(
+        path, envs=envs, environ=environ, require_envs=require_envs
+    )
     _emit(messages)
     return task
 
 
 def task_from_dict_with_warnings(
-    data: Mapping[str, Any], source: str | None = None
+    data: Mapping[str, Any],
+    source: str | None = None,
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
 ) -> tuple[Task, list[str]]:
     """Build a task from already-parsed data (the same forms as the YAML; no line numbers);
     return it and one line per field read but not honoured."""
-    return _task_from_document(Document(data, {}, source))
+    document = Document(data, {}, source)
+    return _task_from_document(document, envs=envs, environ=environ, require_envs=require_envs)
 
 
-def task_from_dict(data: Mapping[str, Any], source: str | None = None) -> Task:
+def task_from_dict(
+    data: Mapping[str, Any],
+    source: str | None = None,
+    *,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_envs: bool = False,
+) -> Task:
     """Build a task from already-parsed data (the same forms as the YAML; no line numbers)."""
-    task, messages = task_from_dict_with_warnings(data, source)
+    task, messages = task_from_dict_with_warnings(
+        data, source, envs=envs, environ=environ, require_envs=require_envs
+    )
     _emit(messages)
     return task
 

@@ -84,6 +84,8 @@ __all__ = [
 
 Commitment = Literal["none", "1y", "3y"]
 RecoveryStrategy = Literal["same_region", "next_region", "on_demand_fallback"]
+DiskTier = Literal["low", "medium", "high", "ultra", "best"]
+NetworkTier = Literal["standard", "best"]
 
 _STRATEGY_ALIASES = {"failover": "same_region", "eager_next_region": "next_region"}
 
@@ -189,6 +191,12 @@ class Resources(_Model):
     """Memory per node in GB: 64, 64+ or 64GB+."""
     disk: MinimumAmount | None = None  # GB
     """Disk per node in GB: 256, 256+ or 1TB."""
+    disk_tier: Annotated[DiskTier, BeforeValidator(lowercase)] | None = None
+    """Disk speed, as in SkyPilot: low, medium, high, ultra or best (= ultra). On aws it sets the
+    root EBS volume's type, IOPS and throughput; other providers ignore it (with a warning)."""
+    network_tier: Annotated[NetworkTier, BeforeValidator(lowercase)] | None = None
+    """Interconnect, as in SkyPilot: standard (any) or best (only offers with EFA, InfiniBand,
+    RoCE or at least 100 Gbps)."""
     cpu_arch: CpuArchChoice = "x86_64"
     """Host CPU architecture: x86_64 (the default), arm64 (Graviton, Grace) or any."""
     use_spot: SpotChoice = False

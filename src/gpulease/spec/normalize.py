@@ -22,6 +22,8 @@ from typing import Any
 from gpulease.errors import SpecError
 from gpulease.spec.accelerators import format_accelerators, parse_accelerators
 from gpulease.spec.candidates import RES, merge_candidates
+from gpulease.spec.env_values import missing_env_hint
+from gpulease.spec.images import translate_image_id
 from gpulease.spec.yaml_lines import Document, Path, format_path
 
 __all__ = ["Normalized", "normalize"]
@@ -31,7 +33,7 @@ _RES = RES
 _IGNORED_TOP = {
     "service": "serving is configured differently in gpulease",
     "pool": "worker pools are not supported",
-    "secrets": "secrets are not passed on; set them as envs or in the gpulease config",
+    "secrets": "secrets are not passed on; give them as envs without a value and pass --env",
     "managed_secrets": "secrets are not passed on",
     "config": "SkyPilot config overrides do not apply",
     "volumes": "volumes are not supported",
@@ -43,11 +45,8 @@ _IGNORED_TOP = {
     "api_server_access": "not used",
 }
 _IGNORED_RESOURCES = {
-    "image_id": "custom images are not supported",
     "ports": "opening ports is not supported",
     "labels": "instance labels are not supported",
-    "disk_tier": "disk tiers are not supported",
-    "network_tier": "network tiers are not supported",
     "local_disk": "local disk selection is not supported",
     "ephemeral_storage": "not supported",
     "accelerator_args": "TPU arguments are not supported",
@@ -133,6 +132,7 @@ def normalize(doc: Document) -> Normalized:
     _top_level(step, data)
     if isinstance(data.get("resources"), dict):
         data["resources"] = _resources(step, dict(data["resources"]), data)
+        translate_image_id(step, data["resources"])
     step.out.warnings = [warning for _, warning in sorted(step.pending, key=lambda item: item[0])]
     if step.out.skypilot:
         found = ", ".join(format_path(path) for path in step.out.skypilot)
@@ -172,7 +172,7 @@ def _envs(step: Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
     kept = {}
     for name, value in envs.items():
         if value is None:
-            step.warn(("envs", name), "has no value and is left out; give it a value")
+            step.warn(("envs", name), f"has no value and is left out ({missing_env_hint(name)})")
         else:
             kept[name] = value
     return kept

@@ -77,6 +77,12 @@ _SKYPILOT_RESOURCES: dict[str, dict[str, Any]] = {
         "description": _COMPAT + "candidates in preference order: their accelerators become a "
         "preference list; clouds/regions/zones are pooled.",
     },
+    "image_id": {
+        "anyOf": [_TEXT, {"type": "object", "additionalProperties": _TEXT}],
+        "description": _COMPAT + "an AWS AMI (ami-…) or a per-region mapping {us-east-1: "
+        "ami-…}: becomes provider_config.aws.ami and keeps the task on aws; other forms "
+        "(docker:IMAGE, GCP and Azure images) are ignored with a warning.",
+    },
     "job_recovery": {
         "anyOf": [_TEXT, _ANY_OBJECT],
         "description": _COMPAT + "FAILOVER, EAGER_NEXT_REGION or {strategy, "

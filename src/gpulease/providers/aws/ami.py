@@ -1,7 +1,8 @@
 """Which AMI a launch uses: an explicit id (request ``provider_config.aws.ami``, then config
 ``providers.aws.ami``), else the newest Amazon-owned image matching the accelerator family's
 name patterns (:data:`FAMILY_PATTERNS`, tried in order), resolved with DescribeImages and cached
-per region. Moves no states.
+per region; and an AMI's root device (name and snapshot size, for sizing the root volume:
+:mod:`.volumes`), cached per region and AMI. Moves no states.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from gpulease.providers.aws.clients import Ec2Clients
+from gpulease.providers.aws.volumes import RootDevice
 from gpulease.providers.base import LaunchRequest, ProviderError
 
 #: Accelerator family → DescribeImages name patterns (owner amazon), best first.
@@ -36,7 +38,23 @@ class AmiResolver:
     def __init__(self, ec2: Ec2Clients) -> None:
         self.ec2 = ec2
         self._cache: dict[tuple[str, str], str] = {}
+        self._roots: dict[tuple[str, str], RootDevice] = {}
         self._lock = threading.Lock()
+
+    def root_device(self, region: str, ami: str) -> RootDevice:
+        """``ami``'s root device in ``region`` (DescribeImages); an AMI that is not there is a
+        :class:`ProviderError` naming it."""
+        with self._lock:
+            found = self._roots.get((region, ami))
+        if found:
+            return found
+        images = self.ec2.run(region, "describe_images", ImageIds=[ami])["Images"]
+        if not images:
+            raise ProviderError(f"AMI {ami} is not in {region} (DescribeImages found nothing)")
+        root = RootDevice.of_image(images[0])
+        with self._lock:
+            self._roots[(region, ami)] = root
+        return root
 
     def resolve(self, region: str, kind: str) -> str:
         with self._lock:

@@ -3,7 +3,8 @@
 - ``launch``: idempotent by request id — the instances tagged ``gpulease-request`` are looked
   up first (moto ignores ``ClientToken``; real EC2 honours the one we also pass), else one
   RunInstances (``MinCount = MaxCount = num_nodes``, spot one-time when asked, the request's
-  zone, every request tag on instances and volumes), then ``gpulease-node-rank`` per instance
+  zone, every request tag on instances and volumes; the root volume sized and typed from the
+  request's ``disk_gb`` / ``disk_tier``: :mod:`.volumes`), then ``gpulease-node-rank`` per instance
   by ``AmiLaunchIndex``. The owner's key pair and security group are made on demand; a
   multi-node launch gets a cluster placement group, an EFA type an EFA interface
   (:mod:`.placement`).
@@ -48,9 +49,10 @@ from gpulease.providers.aws.placement import (
     efa_interfaces,
     wants_group,
 )
-from gpulease.providers.aws.settings import AwsSettings, request_ami
+from gpulease.providers.aws.settings import AwsSettings, ami_in, request_ami
 from gpulease.providers.aws.tunnel import Tunnels
 from gpulease.providers.aws.userdata import request_token, token_key, user_data
+from gpulease.providers.aws.volumes import root_volume
 from gpulease.providers.base import (
     TAG_NODE_RANK,
     TAG_OWNER,
@@ -156,8 +158,9 @@ class AwsProvider(
             group = self.placement.ensure(region, request.owner, request.request_id)
             extra[TAG_PLACEMENT] = group
         tags = _tag_list({**request.all_tags(), **extra})
+        ami = self._ami(region, request)
         params: dict[str, Any] = {
-            "ImageId": self._ami(region, request),
+            "ImageId": ami,
             "InstanceType": instance_type,
             "MinCount": request.num_nodes, "MaxCount": request.num_nodes,
             "ClientToken": _client_token(request.request_id),
@@ -168,6 +171,9 @@ class AwsProvider(
                                   {"ResourceType": "volume", "Tags": tags}],
             **self._placement(region, request, group, instance_type, access),
         }  # fmt: skip
+        if request.disk_gb is not None or request.disk_tier:
+            root = self.amis.root_device(region, ami)
+            params["BlockDeviceMappings"] = root_volume(root, request.disk_gb, request.disk_tier)
         if request.spot:
             params["InstanceMarketOptions"] = _SPOT
         if self.settings.instance_profile:
@@ -215,7 +221,9 @@ class AwsProvider(
         return names[0] if names else zone
 
     def _ami(self, region: str, request: LaunchRequest) -> str:
-        explicit = request_ami(request.provider_config) or self.settings.ami
+        explicit = request_ami(request.provider_config, region) or ami_in(
+            self.settings.ami, region, "providers.aws.ami"
+        )
         return explicit or self.amis.resolve(region, family(request))
 
     def terminate(self, instance_ids: list[str]) -> None:

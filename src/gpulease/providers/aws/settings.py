@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulease.errors import UserInputError
+from gpulease.providers.base import ProviderError
 from gpulease.providers.fields import optional_text, text
 
 WHERE = "providers.aws"
@@ -31,17 +32,18 @@ INSTALL_MODES = ("server", "pypi")
 @dataclass(frozen=True, slots=True)
 class AwsSettings:
     """``regions``: regions always listed (besides those launched in); ``ami``: an AMI id used
-    for every launch; ``ssh_cidr``: the only source allowed to reach port 22; ``subnets``: zone →
-    subnet id; ``instance_type``: used when a request names none; ``agent_port``: the port the
-    agent binds on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents; ``install``:
-    ``server`` (the server copies its own gpulease wheel over SSH) or ``pypi`` (user-data
-    pip-installs the published version); ``python``: the VM's interpreter the node venv is made
-    from; ``address_map``: a JSON file instance id → address, used instead of EC2's addresses
+    for every launch, or a mapping region → AMI id (a launch in a region it lacks is refused);
+    ``ssh_cidr``: the only source allowed to reach port 22; ``subnets``: zone → subnet id;
+    ``instance_type``: used when a request names none; ``agent_port``: the port the agent binds
+    on 127.0.0.1 of each VM; ``tunnels``: open SSH tunnels to agents; ``install``: ``server``
+    (the server copies its own gpulease wheel over SSH) or ``pypi`` (user-data pip-installs the
+    published version); ``python``: the VM's interpreter the node venv is made from;
+    ``address_map``: a JSON file instance id → address, used instead of EC2's addresses
     (bastions, test harnesses); ``placement_group``: a cluster placement group per multi-node
     launch."""
 
     regions: tuple[str, ...] = ()
-    ami: str | None = None
+    ami: str | Mapping[str, str] | None = None
     ssh_cidr: str = "127.0.0.1/32"
     ssh_user: str = "ec2-user"
     instance_profile: str | None = None
@@ -77,12 +79,43 @@ class AwsSettings:
         )
 
 
-def _ami(value: Any, where: str) -> str | None:
+def _ami_id(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.startswith("ami-"):
+        raise UserInputError(
+            f"{where}: expected an AMI id like ami-0123abcd (or a mapping region: AMI id), "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _ami(value: Any, where: str) -> str | dict[str, str] | None:
+    """An AMI id, or a mapping region → AMI id (SkyPilot's per-region ``image_id``)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value.startswith("ami-"):
-        raise UserInputError(f"{where}: expected an AMI id like ami-0123abcd, got {value!r}")
-    return value
+    if isinstance(value, Mapping) and value:
+        for region, image in value.items():
+            if not isinstance(region, str) or not _REGION.match(region):
+                raise UserInputError(f"{where}: {region!r} is not a region like us-east-1")
+            _ami_id(image, f"{where}.{region}")
+        return dict(value)
+    return _ami_id(value, where)
+
+
+def ami_in(value: Any, region: str, where: str) -> str | None:
+    """The AMI ``value`` (an id, or region → id) gives for ``region``; a mapping without the
+    region is a :class:`~gpulease.providers.base.ProviderError` naming ``where`` (the launch
+    there is refused; failover may take a region the mapping has). Only the entry used is
+    checked."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return _ami_id(value, where)
+    if region not in value:
+        raise ProviderError(
+            f"{where} has no AMI for {region} (it lists {', '.join(sorted(map(str, value)))}): "
+            "add one or keep the task to those regions"
+        )
+    return _ami_id(value[region], f"{where}.{region}")
 
 
 def _regions(value: Any) -> tuple[str, ...]:
@@ -144,9 +177,10 @@ def _flag(value: Any, name: str) -> bool:
     return value
 
 
-def request_ami(provider_config: Mapping[str, Any]) -> str | None:
-    """The AMI a request's ``provider_config: {aws: {ami: …}}`` asks for, if any."""
+def request_ami(provider_config: Mapping[str, Any], region: str) -> str | None:
+    """The AMI a request's ``provider_config: {aws: {ami: …}}`` asks for in ``region``, if any
+    (a task's ``image_id`` lands there)."""
     section = provider_config.get("aws") or {}
     if not isinstance(section, Mapping):
         raise UserInputError("provider_config.aws: expected a mapping")
-    return _ami(section.get("ami"), "provider_config.aws.ami")
+    return ami_in(section.get("ami"), region, "provider_config.aws.ami")
