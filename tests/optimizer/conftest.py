@@ -24,6 +24,12 @@ def make_task(**fields: Any) -> Task:
 
 
 PRETRAIN = {"kind": "train", "model": {"params": "1.3B"}, "tokens": "26B", "precision": "bf16"}
+#: Every accelerator of the fixture catalog at any count: how a task without a workload asks
+#: for GPUs (without ``accelerators`` and a workload a task means CPU only, and the fixture
+#: catalog sells no CPU-only offer).
+ANY_GPU: dict[str, Any] = {
+    "accelerators": {"A100": None, "A100-80GB": None, "A10": None, "H100": None, "T4": None}
+}
 
 
 def run_plan(

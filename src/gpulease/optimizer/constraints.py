@@ -1,8 +1,15 @@
 """Hard constraints of a task's ``resources`` and ``data_policy``, applied to the offer table.
 
 Order matters only for the explanation: each rejected offer is explained by the first constraint it
-fails, in the order a user reads a task file (instance type, accelerators, host CPU architecture,
-providers, regions, data policy, host size, pricing availability).
+fails, in the order a user reads a task file (instance type, accelerators, host CPU
+architecture, providers, regions, GPU or CPU only, data policy, host size, pricing availability);
+GPU or CPU only comes after the where-filters so that its line names offers the task could
+otherwise have had.
+
+A task without ``resources.accelerators`` and without ``resources.instance_type`` means CPU only
+when it has no workload (GPU offers are rejected), and GPUs when it has one (a training or
+inference estimate needs accelerator figures: CPU-only offers are rejected); see
+:func:`_gpu_or_cpu_only`.
 """
 
 from __future__ import annotations
@@ -25,13 +32,16 @@ def apply_resource_constraints(
     *,
     data_classes: Sequence[DataClass],
     countries: np.ndarray,
+    has_workload: bool,
 ) -> None:
-    """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload."""
+    """Narrow ``funnel`` by everything in ``resources``; ``has_workload`` (the task has a
+    ``workload``) only decides what a task without accelerators means."""
     _instance_type(funnel, offers, resources.instance_type)
     _accelerators(funnel, offers, resources)
     _cpu_arch(funnel, offers, resources.cpu_arch)
     _providers(funnel, offers, resources)
     _regions(funnel, offers, resources)
+    _gpu_or_cpu_only(funnel, offers, resources, has_workload=has_workload)
     if data_classes:
         verdict = evaluate_data_policy(
             data_classes,
@@ -73,6 +83,33 @@ def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> N
         if count is not None:
             count_ok &= ~((offers.accelerator == name) & (offers.gpu_count != count))
     funnel.apply(count_ok, lambda m: _count_reason(offers, m, request.choices))
+
+
+def _gpu_or_cpu_only(
+    funnel: Funnel, offers: OfferTable, resources: Resources, *, has_workload: bool
+) -> None:
+    """What a task that names neither accelerators nor an instance type runs on: CPU-only offers
+    (``gpu_count`` 0) without a workload, GPU offers with one. An explicit ``instance_type`` is
+    honoured whatever it is; named accelerators are :func:`_accelerators`' business."""
+    if resources.accelerators is not None or resources.instance_type:
+        return
+    cpu_only = offers.gpu_count == 0
+    if has_workload:
+        funnel.apply(
+            ~cpu_only,
+            lambda m: (
+                f"CPU only, the workload needs a GPU: {examples(offers.instance_type[m])} "
+                "(resources.accelerators picks one)"
+            ),
+        )
+    else:
+        funnel.apply(
+            cpu_only,
+            lambda m: (
+                f"has GPUs, the task asks for none: {examples(offers.instance_type[m])} "
+                "(add resources.accelerators to use a GPU)"
+            ),
+        )
 
 
 def _count_reason(offers: OfferTable, removed: Mask, choices: Mapping[str, int | None]) -> str:

@@ -75,7 +75,12 @@ def plan_all(
     )
     countries = catalog.countries() if classes else np.array([], dtype=str)
     apply_resource_constraints(
-        funnel, offers, task.resources, data_classes=classes, countries=countries
+        funnel,
+        offers,
+        task.resources,
+        data_classes=classes,
+        countries=countries,
+        has_workload=task.workload is not None,
     )
     pricings = _pricings(task)
     prices_all = _price_columns(offers, pricings, task.resources.commitment)
