@@ -109,7 +109,11 @@ def test_plans_are_advice_unless_the_provider_is_launchable(small_catalog: Catal
     from tests.optimizer.conftest import make_task
 
     result = plan_all(
-        make_task(resources=ANY_GPU), catalog=small_catalog, config={}, top=50, launchable=frozenset({"aws"})
+        make_task(resources=ANY_GPU),
+        catalog=small_catalog,
+        config={},
+        top=50,
+        launchable=frozenset({"aws"}),
     )
     assert {p.provider for p in result.plans if p.launchable} == {"aws"}
     assert all(any("advice" in r for r in p.reasons) for p in result.plans if not p.launchable)
