@@ -87,8 +87,3 @@ def bundled_specs() -> dict[str, AcceleratorSpec]:
     """The bundled accelerator specs and the built-in :data:`CPU_PART` (cached for the
     process)."""
     return {**read_specs(DATA_DIR / "accelerators.csv"), CPU_PART: CPU_SPEC}
-
-
-def is_cpu_part(part: str) -> bool:
-    """Whether ``part`` is the CPU-only part (no accelerator)."""
-    return part == CPU_PART
