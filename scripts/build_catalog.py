@@ -7,7 +7,9 @@ Maintainer tool, not run by tests. Usage::
 
 ``REFERENCE_DIR`` holds ``catalog-extracts/<cloud>/*.csv`` (verbatim rows of SkyPilot catalog
 files, with ``#`` provenance comments) and ``spot-advisor/aws-gpu-interruption-2025-06.csv``.
-Rows read later from the same upstream files live in ``data/upstream/*.supplement.csv``.
+Rows read later from the same upstream files live in ``data/upstream/*.supplement.csv``; the
+CPU-only instances (a general-purpose and a compute family per provider) in
+``data/upstream/*.cpu.supplement.csv``.
 
 It writes:
 
@@ -58,14 +60,29 @@ INPUTS: list[tuple[str, str | Path, str]] = [
     ),
     ("aws", SUPPLEMENTS / "aws.v8.supplement.csv", f"{SKY} catalogs/v8/aws/vms.csv@00148f2af367"),
     (
+        "aws",
+        SUPPLEMENTS / "aws.v8.cpu.supplement.csv",
+        f"{SKY} catalogs/v8/aws/vms.csv@00148f2af367",
+    ),
+    (
         "gcp",
         "catalog-extracts/gcp/vms.v8.extract.csv",
         f"{SKY} catalogs/v8/gcp/vms.csv@006059e0f18a",
     ),
     ("gcp", SUPPLEMENTS / "gcp.v8.supplement.csv", f"{SKY} catalogs/v8/gcp/vms.csv@006059e0f18a"),
     (
+        "gcp",
+        SUPPLEMENTS / "gcp.v8.cpu.supplement.csv",
+        f"{SKY} catalogs/v8/gcp/vms.csv@006059e0f18a",
+    ),
+    (
         "azure",
         "catalog-extracts/azure/vms.v6.extract.csv",
+        f"{SKY} catalogs/v6/azure/vms.csv@098741e70562",
+    ),
+    (
+        "azure",
+        SUPPLEMENTS / "azure.v6.cpu.supplement.csv",
         f"{SKY} catalogs/v6/azure/vms.csv@098741e70562",
     ),
     (
@@ -86,6 +103,11 @@ INPUTS: list[tuple[str, str | Path, str]] = [
     (
         "oci",
         "catalog-extracts/oci/vms.v8.extract.csv",
+        f"{SKY} catalogs/v8/oci/vms.csv@058875118382",
+    ),
+    (
+        "oci",
+        SUPPLEMENTS / "oci.v8.cpu.supplement.csv",
         f"{SKY} catalogs/v8/oci/vms.csv@058875118382",
     ),
     ("vast", "catalog-extracts/vast/vms.v8.csv", f"{SKY} catalogs/v8/vast/vms.csv@01b8cdda2878"),

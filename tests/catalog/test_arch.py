@@ -151,8 +151,12 @@ def test_empty_cells_are_derived_and_spellings_normalised(tmp_path: Path) -> Non
 def test_the_snapshot_marks_graviton_and_grace_hosts() -> None:
     o = Catalog.load(bundled_only=True).offers
     assert set(o.cpu_arch.tolist()) == {"x86_64", "arm64"}
-    arm = set(o.instance_type[o.cpu_arch == "arm64"].tolist())
+    arm = set(o.instance_type[(o.cpu_arch == "arm64") & (o.gpu_count > 0)].tolist())
     assert arm == {"g5g.xlarge", "g5g.16xlarge", "gpu_1x_gh200", "BM.GPU.GB200.4"}  # Grace
+    arm_cpu = set(o.instance_type[(o.cpu_arch == "arm64") & (o.gpu_count == 0)].tolist())
+    assert {t.split(".")[0] for t in arm_cpu} == {"m7g", "c7g"}  # Graviton3 CPU-only hosts
+    x86_cpu = set(o.instance_type[(o.cpu_arch == "x86_64") & (o.gpu_count == 0)].tolist())
+    assert {"m6i.large", "c6i.large", "n2-standard-2", "Standard_D2s_v5"} <= x86_cpu
     header = (Path(__file__).parents[2] / "src/gpulease/catalog/data/offers.csv").open().readline()
     assert "cpu_arch" in header.split(",")  # the snapshot states it, not derived at load time
 

@@ -68,7 +68,9 @@ def test_offer_objects_have_nones_for_missing_values(catalog: Catalog) -> None:
 
 def test_gpu_summary_per_accelerator(catalog: Catalog) -> None:
     summary = {s.accelerator: s for s in catalog.gpu_summary()}
-    assert set(summary) == set(catalog.offers.accelerator.tolist())
+    o = catalog.offers
+    assert set(summary) == set(o.accelerator[o.gpu_count > 0].tolist())  # GPUs only
+    assert "CPU" in set(o.accelerator.tolist()) and "CPU" not in summary
     h100: GpuSummary = summary["H100"]
     cheapest = min(p for p in _per_gpu(catalog.query("H100")))
     assert h100.on_demand_per_gpu_hour == pytest.approx(cheapest)

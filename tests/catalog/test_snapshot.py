@@ -46,8 +46,10 @@ def test_rows_name_known_parts_and_sane_hardware(catalog: Catalog) -> None:
     for i in range(len(o)):
         spec = catalog.spec_for(str(o.part[i]))
         assert spec.name == o.accelerator[i]
-    assert np.all(o.gpu_count >= 1)
-    assert np.all(o.gpu_memory_gb > 0)
+    cpu = o.part == "cpu"  # CPU-only instances: no GPU, no GPU memory
+    assert np.all(o.gpu_count[~cpu] >= 1) and np.all(o.gpu_count[cpu] == 0)
+    assert np.all(o.gpu_memory_gb[~cpu] > 0) and np.all(o.gpu_memory_gb[cpu] == 0)
+    assert set(o.accelerator[cpu].tolist()) == {"CPU"} and np.all(o.vcpus[cpu] >= 1)
     assert set(o.fabric.tolist()) <= {"efa", "infiniband", "ethernet", "roce"}
     assert np.all((o.interruption_band >= -1) & (o.interruption_band <= 4))
     assert np.all(o.interruption_band[o.provider != "aws"] == -1)

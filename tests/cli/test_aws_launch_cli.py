@@ -108,3 +108,37 @@ def test_a_skypilot_image_id_disk_size_and_disk_tier_shape_the_instance(
     assert _tagged(ec2, "instances") == []
     gone = [{"Name": "volume-id", "Values": [volume["VolumeId"]]}]
     assert ec2.describe_volumes(Filters=gone)["Volumes"] == []  # deleted with the instance
+
+
+@pytest.mark.slow
+def test_a_cpu_only_task_launches_a_cpu_instance_with_the_cpu_image(
+    user: Cli,
+    aws_env: str,  # noqa: F811 - fixture
+    tmp_path: Any,
+) -> None:
+    """A task without accelerators (a CPU service) plans the cheapest CPU instance, not a GPU,
+    and launches it on-demand with no accelerator: the CPU AMI family, 0 GPUs."""
+    task = tmp_path / "svc.yaml"
+    task.write_text(
+        "name: cpusvc\nresources:\n  cpus: 2+\n  providers: [aws]\n  regions: [us-east-1]\n"
+        "run: echo hi\n"
+    )
+    plan = json.loads(user("plan", str(task), "--json", check=True).stdout)
+    first = next(p for p in plan["plans"] if p["launchable"])
+    assert first["cpu_only"] and first["gpus_per_node"] == 0 and first["accelerator"] == "CPU"
+    assert first["instance_type"] in {"c6i.large", "m6i.large"} and first["vcpus"] == 2
+    assert any(r["reason"].startswith("has GPUs, the task asks for none") for r in plan["rejected"])
+    out = user("launch", str(task), "-d")
+    assert out.returncode == 0, out.stderr
+    ec2 = aws_client("ec2", aws_env)
+    wait_until(lambda: _tagged(ec2, "instances") or None, 30, "the instance")
+    (instance,) = _tagged(ec2, "instances")
+    assert instance["InstanceType"] == first["instance_type"]
+    assert instance.get("InstanceLifecycle") != "spot"  # on-demand: the plan's pricing
+    (image,) = ec2.describe_images(ImageIds=[instance["ImageId"]])["Images"]
+    assert image["Name"].startswith(("al2023-ami-", "amzn2-ami-hvm-"))  # the CPU AMI family
+    view = json.loads(user("status", "cpusvc", "--json", check=True).stdout)["clusters"][0]
+    assert view["accelerator"] is None and view["instance_type"] == first["instance_type"]
+    down = user("down", "cpusvc")
+    assert down.returncode == 0, down.stderr
+    assert _tagged(ec2, "instances") == []

@@ -24,6 +24,18 @@ def make_task(**fields: Any) -> Task:
 
 
 PRETRAIN = {"kind": "train", "model": {"params": "1.3B"}, "tokens": "26B", "precision": "bf16"}
+#: Every accelerator of the fixture catalog at any count: how a task without a workload asks
+#: for GPUs (without ``accelerators`` and a workload a task means CPU only, and the fixture
+#: catalog sells no CPU-only offer).
+ANY_GPU: dict[str, Any] = {
+    "accelerators": {
+        "A100": "auto",
+        "A100-80GB": "auto",
+        "A10": "auto",
+        "H100": "auto",
+        "T4": "auto",
+    }
+}
 
 
 def run_plan(
@@ -31,8 +43,14 @@ def run_plan(
     top: int = 20,
     objective: str = "cheapest",
     config: dict[str, Any] | None = None,
+    hours: float | None = None,
     **fields: Any,
 ) -> PlanResult:
     return plan_all(
-        make_task(**fields), catalog=catalog, top=top, objective=objective, config=config or {}
+        make_task(**fields),
+        catalog=catalog,
+        top=top,
+        objective=objective,
+        config=config or {},
+        hours=hours,
     )

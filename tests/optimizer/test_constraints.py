@@ -11,7 +11,7 @@ import pytest
 from gpulease.catalog import Catalog
 from gpulease.catalog.types import OfferTable
 from gpulease.providers.local import LocalProvider
-from tests.optimizer.conftest import PRETRAIN, run_plan
+from tests.optimizer.conftest import ANY_GPU, PRETRAIN, run_plan
 
 
 def _accounted(result: Any) -> None:
@@ -61,47 +61,47 @@ def _reasons(result: Any) -> str:
 def test_resource_constraint(
     small_catalog: Catalog, resources: dict[str, Any], expected_reason: str, survivors: set[str]
 ) -> None:
-    result = run_plan(small_catalog, resources=resources)
+    result = run_plan(small_catalog, resources={**ANY_GPU, **resources})
     assert expected_reason in _reasons(result)
     assert {p.instance_type for p in result.plans} == survivors
     _accounted(result)
 
 
 def test_spot_only_rejects_offers_without_a_spot_price(small_catalog: Catalog) -> None:
-    result = run_plan(small_catalog, resources={"use_spot": True})
+    result = run_plan(small_catalog, resources={**ANY_GPU, "use_spot": True})
     assert "no spot price" in _reasons(result)
     assert all(p.pricing == "spot" for p in result.plans)
     _accounted(result)
 
 
 def test_auto_spot_prices_both(small_catalog: Catalog) -> None:
-    result = run_plan(small_catalog, top=50, resources={"use_spot": "auto"})
+    result = run_plan(small_catalog, top=50, resources={**ANY_GPU, "use_spot": "auto"})
     assert {p.pricing for p in result.plans} == {"spot", "on_demand"}
 
 
 def test_reserved_prices_only_with_a_commitment(small_catalog: Catalog) -> None:
-    plain = run_plan(small_catalog, top=50)
+    plain = run_plan(small_catalog, top=50, resources=ANY_GPU)
     assert all(p.pricing != "reserved" for p in plain.plans)
-    committed = run_plan(small_catalog, top=50, resources={"commitment": "3y"})
+    committed = run_plan(small_catalog, top=50, resources={**ANY_GPU, "commitment": "3y"})
     reserved = [p for p in committed.plans if p.pricing == "reserved"]
     assert reserved and all(p.price_per_hour == 9.0 for p in reserved)
 
 
 def test_phi_data_keeps_only_providers_with_a_baa(small_catalog: Catalog) -> None:
-    result = run_plan(small_catalog, top=50, data_policy="phi")
+    result = run_plan(small_catalog, top=50, resources=ANY_GPU, data_policy="phi")
     assert {p.provider for p in result.plans} == {"aws", "gcp"}
     assert "HIPAA BAA" in _reasons(result)
     _accounted(result)
 
 
 def test_eu_residency_keeps_eu_regions(small_catalog: Catalog) -> None:
-    result = run_plan(small_catalog, top=50, data_policy=["eu-resident"])
+    result = run_plan(small_catalog, top=50, resources=ANY_GPU, data_policy=["eu-resident"])
     assert {p.region for p in result.plans} == {"eu-west-1", "europe-west4", "EU-SE-1"}
 
 
 def test_user_data_class_from_config(small_catalog: Catalog) -> None:
     config = {"data_classes": {"gcp-only": {"providers": ["gcp"]}}}
-    result = run_plan(small_catalog, config=config, data_policy="gcp-only")
+    result = run_plan(small_catalog, config=config, resources=ANY_GPU, data_policy="gcp-only")
     assert {p.provider for p in result.plans} == {"gcp"}
 
 

@@ -4,7 +4,7 @@ deterministic; a preference list picks the first feasible accelerator."""
 from __future__ import annotations
 
 from gpulease.catalog import Catalog
-from tests.optimizer.conftest import PRETRAIN, run_plan
+from tests.optimizer.conftest import ANY_GPU, PRETRAIN, run_plan
 
 
 def test_cheapest_orders_by_expected_cost(small_catalog: Catalog) -> None:
@@ -26,13 +26,13 @@ def test_fastest_orders_by_expected_hours_within_budget(small_catalog: Catalog) 
 
 
 def test_price_per_tflop_orders_by_dollars_per_dense_tflop(small_catalog: Catalog) -> None:
-    result = run_plan(small_catalog, objective="price-per-tflop")
+    result = run_plan(small_catalog, objective="price-per-tflop", resources=ANY_GPU)
     ratios = [p.price_per_hour / p.peak_tflops for p in result.plans]
     assert ratios == sorted(ratios)
 
 
 def test_without_workload_plans_rank_by_hourly_price(small_catalog: Catalog) -> None:
-    result = run_plan(small_catalog)
+    result = run_plan(small_catalog, resources=ANY_GPU)
     prices = [p.price_per_hour for p in result.plans]
     assert prices == sorted(prices)
     assert all(p.est_hours is None and p.est_cost is None for p in result.plans)
@@ -109,7 +109,11 @@ def test_plans_are_advice_unless_the_provider_is_launchable(small_catalog: Catal
     from tests.optimizer.conftest import make_task
 
     result = plan_all(
-        make_task(), catalog=small_catalog, config={}, top=50, launchable=frozenset({"aws"})
+        make_task(resources=ANY_GPU),
+        catalog=small_catalog,
+        config={},
+        top=50,
+        launchable=frozenset({"aws"}),
     )
     assert {p.provider for p in result.plans if p.launchable} == {"aws"}
     assert all(any("advice" in r for r in p.reasons) for p in result.plans if not p.launchable)

@@ -47,7 +47,7 @@ from gpulease.errors import CatalogError, Retryable, UserInputError
 
 SOURCE = "aws-api"
 PROVIDER = "aws"
-#: Regions queried when none are given: the catalog's AWS regions with the most offers.
+#: Regions queried when none are given: the catalog's AWS regions with the most GPU offers.
 DEFAULT_REGION_CAP = 5
 RETRY_ATTEMPTS = 5
 _THROTTLING = frozenset(
@@ -165,8 +165,10 @@ def spot_quote(item: Mapping[str, Any]) -> SpotQuote | None:
 
 
 def default_regions(offers: OfferTable, cap: int = DEFAULT_REGION_CAP) -> tuple[list[str], int]:
-    """The catalog's AWS regions with the most offers (at most ``cap``), and how many it has."""
-    counts = Counter(str(r) for r in offers.region[offers.provider == PROVIDER])
+    """The catalog's AWS regions with the most GPU offers (at most ``cap``), and how many it
+    has (CPU-only offers do not count: every region lists the same few CPU families)."""
+    aws = (offers.provider == PROVIDER) & (offers.gpu_count > 0)
+    counts = Counter(str(r) for r in offers.region[aws])
     ranked = sorted(counts, key=lambda r: (-counts[r], r))
     return ranked[:cap], len(ranked)
 

@@ -5,6 +5,11 @@ Where offers come from, in order: a refreshed cache under ``<gpulease home>/cata
 ``catalog/data/offers.csv``. Parsed catalogs are kept for the life of the process, keyed by file
 identity (path, mtime, size), so repeated ``Catalog.load()`` calls are free; their arrays are made
 read-only because they are shared.
+
+Offers include CPU-only instances (part ``cpu``, accelerator ``CPU``, ``gpu_count`` 0). The GPU
+queries (:meth:`Catalog.query`, :meth:`Catalog.mask`, :meth:`Catalog.gpu_summary`,
+:meth:`Catalog.names`) leave them out unless the accelerator asked is ``CPU`` itself; the
+optimizer reads the whole table.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy.typing as npt
 
 from gpulease.catalog import _tables
 from gpulease.catalog._offers_csv import read_offers
-from gpulease.catalog._specs import bundled_specs
+from gpulease.catalog._specs import CPU_PART, bundled_specs
 from gpulease.catalog._tables import RegionInfo
 from gpulease.catalog.types import AcceleratorSpec, Offer, OfferTable
 from gpulease.errors import CatalogError
@@ -171,8 +176,8 @@ class Catalog:
         return [s for s in self.accelerators.values() if s.part.lower() == wanted]
 
     def names(self) -> list[str]:
-        """The canonical accelerator names with a spec, sorted."""
-        return sorted({s.name for s in self.accelerators.values()})
+        """The canonical accelerator names with a spec, sorted (GPUs only: not ``CPU``)."""
+        return sorted({s.name for s in self.accelerators.values() if s.part != CPU_PART})
 
     # -- where and when -------------------------------------------------------------------------
 
@@ -216,11 +221,14 @@ class Catalog:
         *,
         cpu_arch: str | None = None,
     ) -> npt.NDArray[np.bool_]:
-        """Which offers match (see :meth:`query`)."""
+        """Which offers match (see :meth:`query`); CPU-only offers only when ``accelerator``
+        names them (``CPU``)."""
         o = self.offers
         keep = np.ones(len(o), dtype=bool)
         if accelerator:
             keep &= self._accelerator_mask(accelerator)
+        else:
+            keep &= o.gpu_count > 0
         if providers is not None:
             keep &= np.isin(o.provider, [p.lower() for p in providers])
         if regions is not None:
@@ -263,7 +271,8 @@ class Catalog:
         *,
         cpu_arch: str | None = None,
     ) -> list[Offer]:
-        """Offers matching every given filter, cheapest per GPU-hour first (unpriced last).
+        """Offers matching every given filter, cheapest per GPU-hour first (unpriced last);
+        GPU offers only, unless ``accelerator`` is ``CPU`` (then cheapest per instance-hour).
 
         ``accelerator`` is a name (``A100-80GB``) or a part (``H100-SXM``), any case;
         ``regions`` are exact names or fnmatch patterns (``eu-*``); ``spot`` keeps offers with a
@@ -273,7 +282,7 @@ class Catalog:
         keep = self.mask(accelerator, providers, regions, spot, min_gpus, cpu_arch=cpu_arch)
         index = np.flatnonzero(keep)
         prices = self.offers.price_spot if spot else self.offers.price_on_demand
-        per_gpu = prices[index] / self.offers.gpu_count[index]
+        per_gpu = prices[index] / np.maximum(self.offers.gpu_count[index], 1)
         order = np.lexsort((self.offers.instance_type[index], np.nan_to_num(per_gpu, nan=np.inf)))
         return [self.offers.row(int(i)) for i in index[order]]
 

@@ -6,7 +6,9 @@ gpu_memory, spot`` (newer versions add ``gpu_vendor, disk_size, flags, …``; un
 ignored). Each row is either the on-demand or the spot price of one instance in one location, so
 rows are paired by (provider, instance, location) into one offer. GCP locations are zones
 (``us-central1-a``) and become region + zone. GPU names map to our parts with
-:func:`gpulease.catalog._names.resolve`; unknown GPUs are skipped and counted.
+:func:`gpulease.catalog._names.resolve`; unknown GPUs are skipped and counted. Rows without a
+GPU are CPU offers when the type is one of the families :mod:`gpulease.catalog._cpu` keeps
+(the bundled snapshot's rule), else skipped.
 
 The live path imports :mod:`gpuhunt` lazily (optional extra ``gpulease[gpuhunt]``) and needs the
 internet; both failures raise :class:`CatalogError` with what to do.
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpulease.catalog import _cpu
 from gpulease.catalog._convert import Converted, count_of, offer_row, price, skip_reason
 from gpulease.catalog._names import resolve
 from gpulease.catalog._tables import read_rows
@@ -118,6 +121,36 @@ class _Pair:
             self.on_demand = new
 
 
+def _cpu_item(
+    out: Converted,
+    provider: str,
+    instance: str,
+    location: str,
+    pair: _Pair,
+    *,
+    as_of: str,
+    source: str,
+) -> None:
+    if not _cpu.is_cpu_instance(provider, instance):
+        out.skipped[_cpu.SKIPPED] += 1
+        return
+    region, zone = _location(provider, location)
+    _cpu.append_cpu_offer(
+        out,
+        provider=provider,
+        region=region,
+        zone=zone,
+        instance_type=instance,
+        vcpus=_number(pair.item.get("cpu")),
+        ram_gb=_number(pair.item.get("memory")),
+        on_demand=pair.on_demand,
+        spot=pair.spot,
+        as_of=as_of,
+        source=source,
+        cpu_arch=pair.item.get("cpu_arch") or "",
+    )
+
+
 def convert(items: Iterable[Item], *, as_of: str, source: str) -> Converted:
     """Offers from gpuhunt items (on-demand and spot rows of one instance paired)."""
     groups: dict[tuple[str, str, str], _Pair] = {}
@@ -130,7 +163,7 @@ def convert(items: Iterable[Item], *, as_of: str, source: str) -> Converted:
         name = _text(item.get("gpu_name"))
         upstream = _number(item.get("gpu_count"))
         if not name or not upstream > 0:
-            out.skipped["no accelerator (CPU-only)"] += 1
+            _cpu_item(out, provider, instance, location, pair, as_of=as_of, source=source)
             continue
         memory = _number(item.get("gpu_memory"))
         count = count_of(provider, instance, upstream)

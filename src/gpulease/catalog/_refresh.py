@@ -66,7 +66,7 @@ def write_table(table: OfferTable, meta: dict[str, Any]) -> Path:
 
 
 def _write_cache(new: Converted, refreshed: set[str], source: str, today: date) -> Path:
-    if not new.rows:
+    if not any(row["gpu_count"] for row in new.rows):  # CPU-only rows alone are no refresh
         reasons = ", ".join(f"{r} ({n})" for r, n in new.skipped.most_common(5)) or "no rows"
         raise CatalogError(f"{source}: no usable GPU offers found ({reasons}); cache unchanged")
     bundled = read_offers(_catalog.BUNDLED_OFFERS)

@@ -22,6 +22,10 @@ provenance comments. Quirks handled here (the price rules shared by all sources 
 - **Alibaba** (the ``alicloud`` fork): fractional vGPU families (``A10*1/12``, ``T4/8``) drop.
 - **Arch** (AWS ``x86_64``/``arm64``, Alibaba ``X86``): the host CPU where a file has the column;
   elsewhere (GCP, Azure v6, Lambda, …) the name rule of :mod:`gpulease.catalog._arch` decides.
+- **CPU-only rows** (no accelerator name): kept when the type is one of the representative
+  families of :mod:`gpulease.catalog._cpu` (AWS m6i/c6i/m7g/c7g…, GCP n2-standard/c2-standard,
+  Azure Dsv5/Fsv2, OCI E4/E5 Flex, Lambda ``cpu_*``), as CPU offers (part ``cpu``, 0 GPUs); the
+  GCP price of such a row is the whole VM's. Other CPU-only rows are skipped and counted.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import math
 import re
 from pathlib import Path
 
+from gpulease.catalog import _cpu
 from gpulease.catalog._convert import Converted, count_of, offer_row, price, skip_reason
 from gpulease.catalog._names import Resolved, resolve
 from gpulease.catalog._tables import instance_facts, read_rows
@@ -130,7 +135,7 @@ def _convert_row(
     instance = row.get("InstanceType", "").strip()
     name = (row.get("AcceleratorName") or "").strip()
     if not name and (provider, instance) not in instance_facts():
-        out.skipped["no accelerator (CPU-only or fractional vGPU)"] += 1
+        _convert_cpu_row(row, provider, instance, as_of=as_of, source=source, out=out)
         return
     if "_promo" in instance.lower():
         out.skipped[f"promotional price: {instance}"] += 1
@@ -170,6 +175,32 @@ def _convert_row(
         out.countries[(provider, region)] = country
 
 
+def _convert_cpu_row(
+    row: dict[str, str], provider: str, instance: str, *, as_of: str, source: str, out: Converted
+) -> None:
+    """A row without an accelerator: a CPU offer when its type is a kept family, else skipped."""
+    if not _cpu.is_cpu_instance(provider, instance):
+        out.skipped[_cpu.SKIPPED] += 1
+        return
+    region, zone, country = _location(provider, row)
+    _cpu.append_cpu_offer(
+        out,
+        provider=provider,
+        region=region,
+        zone=zone,
+        instance_type=instance,
+        vcpus=_number(row.get("vCPUs")),
+        ram_gb=_number(row.get("MemoryGiB")),
+        on_demand=price(row.get("Price")),
+        spot=price(row.get("SpotPrice")),
+        as_of=as_of,
+        source=source,
+        cpu_arch=row.get("Arch") or "",
+    )
+    if country:
+        out.countries[(provider, region)] = country
+
+
 def _convert_gcp(rows: list[dict[str, str]], *, as_of: str, source: str) -> Converted:
     gpus: dict[tuple[str, int, str], dict[str, str]] = {}
     hosts: list[dict[str, str]] = []
@@ -196,6 +227,8 @@ def _convert_gcp(rows: list[dict[str, str]], *, as_of: str, source: str) -> Conv
                 out.skipped[f"no GPU price row: {instance}"] += 1
                 continue
             _append_gcp(out, host, gpu, instance, facts.gpu_count, as_of=as_of, source=source)
+        elif _cpu.is_cpu_instance("gcp", instance):
+            _convert_cpu_row(host, "gcp", instance, as_of=as_of, source=source, out=out)
         elif instance in _GCP_ATTACH_HOSTS:
             seen.add((instance, region))
             for (name, count, where), gpu in gpus.items():

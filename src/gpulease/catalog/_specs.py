@@ -3,6 +3,11 @@
 One row per part (``H100-SXM``, ``H100-PCIe``, …) with dense peak TFLOPS per precision; an empty
 cell means the part has no native figure for that precision (see
 :meth:`AcceleratorSpec.peak_tflops` for the fallbacks). Sparse figures are never stored.
+
+Besides the GPU parts of the file, every catalog knows one built-in part, :data:`CPU_PART`
+(``cpu``, accelerator name ``CPU``, spec :data:`CPU_SPEC` with no GPU figures): the part of every
+CPU-only offer (``gpu_count`` 0) — the public clouds' CPU instances and the ``local`` provider's
+``local-cpu`` alike.
 """
 
 from __future__ import annotations
@@ -16,6 +21,26 @@ from gpulease.catalog.types import PRECISION_FALLBACKS, AcceleratorSpec
 from gpulease.errors import CatalogError
 
 PRECISIONS: tuple[str, ...] = tuple(PRECISION_FALLBACKS)
+
+CPU_PART = "cpu"
+CPU_NAME = "CPU"
+CPU_SPEC = AcceleratorSpec(
+    part=CPU_PART,
+    name=CPU_NAME,
+    vendor="none",
+    architecture="cpu",
+    generation="cpu",
+    form_factor="host",
+    memory_gb=0.0,
+    memory_bandwidth_gbps=0.0,
+    tflops={},
+    interconnect="none",
+    intra_node_gbps=0.0,
+    tdp_w=None,
+    release_year=0,
+    source="built in: the host's CPUs, no accelerator",
+    notes="the part of CPU-only offers (gpu_count 0); no GPU figures",
+)
 
 
 def _spec(row: dict[str, str]) -> AcceleratorSpec:
@@ -59,5 +84,6 @@ def read_specs(path: Path) -> dict[str, AcceleratorSpec]:
 
 @functools.cache
 def bundled_specs() -> dict[str, AcceleratorSpec]:
-    """The bundled accelerator specs (cached for the process)."""
-    return read_specs(DATA_DIR / "accelerators.csv")
+    """The bundled accelerator specs and the built-in :data:`CPU_PART` (cached for the
+    process)."""
+    return {**read_specs(DATA_DIR / "accelerators.csv"), CPU_PART: CPU_SPEC}

@@ -7,7 +7,8 @@ Owns :func:`offer_row` (one offer as a row of the columnar table, with this mach
 its CPU architecture included: :func:`host_cpu_arch`),
 :func:`offer_table` (rows → :class:`OfferTable`), :func:`power_of_two_counts` (the GPU counts one
 node shape is sold in) and the CPU-only part :data:`LOCAL_CPU_PART` with its spec
-:data:`CPU_SPEC` (a part of its own, with no GPU figures).
+:data:`CPU_SPEC` — the catalog's built-in ``cpu`` part (no GPU figures), which the public
+clouds' CPU instances use too (:mod:`gpulease.catalog._specs`).
 """
 
 from __future__ import annotations
@@ -20,25 +21,20 @@ from typing import Any
 import numpy as np
 
 from gpulease.catalog._arch import X86_64, normalise
-from gpulease.catalog.types import COLUMNS, AcceleratorSpec, OfferTable
+from gpulease.catalog._specs import CPU_PART, CPU_SPEC
+from gpulease.catalog.types import COLUMNS, OfferTable
 
-LOCAL_CPU_PART = "local-cpu"
-CPU_SPEC = AcceleratorSpec(
-    part=LOCAL_CPU_PART,
-    name="CPU",
-    vendor="none",
-    architecture="cpu",
-    generation="cpu",
-    form_factor="host",
-    memory_gb=0.0,
-    memory_bandwidth_gbps=0.0,
-    tflops={},
-    interconnect="none",
-    intra_node_gbps=0.0,
-    tdp_w=None,
-    release_year=date.today().year,
-    source="local machine",
-)
+#: The part of the ``local`` provider's CPU-only offer: the catalog's built-in CPU part.
+LOCAL_CPU_PART = CPU_PART
+__all__ = [
+    "CPU_SPEC",
+    "LOCAL_CPU_PART",
+    "host_cpu_arch",
+    "offer_row",
+    "offer_table",
+    "power_of_two_counts",
+    "ram_gb",
+]
 
 
 def ram_gb() -> float:

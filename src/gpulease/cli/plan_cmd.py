@@ -140,6 +140,8 @@ def _table(plans: tuple[Plan, ...], title: str, *, compact: bool = False) -> obj
             if p.num_nodes > 1
             else f"{p.gpus_per_node} {p.accelerator}"
         )
+        if p.cpu_only:
+            gpus = f"{p.num_nodes}× CPU only" if p.num_nodes > 1 else "CPU only"
         cost = (
             "—"
             if p.est_cost is None

@@ -1,8 +1,16 @@
 """Hard constraints of a task's ``resources`` and ``data_policy``, applied to the offer table.
 
 Order matters only for the explanation: each rejected offer is explained by the first constraint it
-fails, in the order a user reads a task file (instance type, accelerators, host CPU architecture,
-providers, regions, data policy, host size, network tier, pricing availability).
+fails, in the order a user reads a task file (instance type, accelerators, host CPU
+architecture, providers, regions, zones, candidates, GPU or CPU only, data policy, host size,
+network tier, pricing availability); GPU or CPU only comes after the where-filters so that its
+line names offers the task could otherwise have had.
+
+A task without ``resources.accelerators`` and without ``resources.instance_type`` means CPU only
+when it has no workload (GPU offers are rejected), and GPUs when it has one (a training or
+inference estimate needs accelerator figures: CPU-only offers are rejected); see
+:func:`_gpu_or_cpu_only`. A task with ``resources.candidates`` (SkyPilot's any_of/ordered entries
+that pair accelerators with places) is filtered by them instead of by its accelerators.
 """
 
 from __future__ import annotations
@@ -26,10 +34,10 @@ def apply_resource_constraints(
     *,
     data_classes: Sequence[DataClass],
     countries: np.ndarray,
-    has_workload: bool = False,
+    has_workload: bool,
 ) -> None:
-    """Narrow ``funnel`` by everything in ``resources`` that does not depend on the workload
-    (``has_workload`` only says whether a task's GPU-less candidate means any GPU)."""
+    """Narrow ``funnel`` by everything in ``resources``; ``has_workload`` (the task has a
+    ``workload``) only decides what a task (or a candidate) without accelerators means."""
     _instance_type(funnel, offers, resources.instance_type)
     if resources.candidates is None:
         _accelerators(funnel, offers, resources)
@@ -39,6 +47,8 @@ def apply_resource_constraints(
     _zones(funnel, offers, resources.zones)
     if resources.candidates is not None:
         _candidates(funnel, offers, resources.candidates, has_workload=has_workload)
+    else:
+        _gpu_or_cpu_only(funnel, offers, resources, has_workload=has_workload)
     if data_classes:
         verdict = evaluate_data_policy(
             data_classes,
@@ -81,6 +91,33 @@ def _accelerators(funnel: Funnel, offers: OfferTable, resources: Resources) -> N
         same = offers.accelerator == name
         count_ok |= same if count is None else same & (offers.gpu_count == count)
     funnel.apply(count_ok, lambda m: _count_reason(offers, m, request.options))
+
+
+def _gpu_or_cpu_only(
+    funnel: Funnel, offers: OfferTable, resources: Resources, *, has_workload: bool
+) -> None:
+    """What a task that names neither accelerators nor an instance type runs on: CPU-only offers
+    (``gpu_count`` 0) without a workload, GPU offers with one. An explicit ``instance_type`` is
+    honoured whatever it is; named accelerators are :func:`_accelerators`' business."""
+    if resources.accelerators is not None or resources.instance_type:
+        return
+    cpu_only = offers.gpu_count == 0
+    if has_workload:
+        funnel.apply(
+            ~cpu_only,
+            lambda m: (
+                f"CPU only, the workload needs a GPU: {examples(offers.instance_type[m])} "
+                "(resources.accelerators picks one)"
+            ),
+        )
+    else:
+        funnel.apply(
+            cpu_only,
+            lambda m: (
+                f"has GPUs, the task asks for none: {examples(offers.instance_type[m])} "
+                "(add resources.accelerators to use a GPU)"
+            ),
+        )
 
 
 def _count_reason(

@@ -79,12 +79,18 @@ def _why_first(task: Task, objective: Objective, plan: Plan) -> str:
     return f"cheapest plan{suffix}"
 
 
+def _amount(value: float) -> str:
+    return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
+
+
 def _shape(plan: Plan) -> str:
     nodes = f"{plan.num_nodes} × " if plan.num_nodes > 1 else ""
-    if plan.gpus_per_node == 0:
-        return f"{nodes}{plan.instance_type}: CPU only"
-    mem = f"{plan.gpu_memory_gb:g} GB" if plan.gpu_memory_gb else ""
     host = f", {plan.cpu_arch} host" if plan.cpu_arch != "x86_64" else ""
+    if plan.cpu_only:
+        size = [f"{_amount(plan.vcpus)} vCPUs"] if plan.vcpus is not None else []
+        size += [f"{_amount(plan.ram_gb)} GB RAM"] if plan.ram_gb is not None else []
+        return f"{nodes}{plan.instance_type}: {', '.join([*size, 'CPU only'])}{host}"
+    mem = f"{plan.gpu_memory_gb:g} GB" if plan.gpu_memory_gb else ""
     return (
         f"{nodes}{plan.instance_type}: {plan.gpus_per_node} × {plan.part} {mem}, "
         f"{plan.peak_tflops:,.0f} dense TFLOPS in all{host}"

@@ -57,6 +57,13 @@ class Plan:
     as_of: str = ""
     source: str = ""
     cpu_arch: str = "x86_64"  # the host CPU architecture of the offer
+    vcpus: float | None = None  # per node, as the offer states (None: not stated)
+    ram_gb: float | None = None  # per node
+
+    @property
+    def cpu_only(self) -> bool:
+        """A CPU-only plan: no accelerator on its nodes."""
+        return self.gpus_per_node == 0
 
     @property
     def total_gpus(self) -> int:
@@ -87,6 +94,9 @@ class Plan:
             "as_of": self.as_of,
             "source": self.source,
             "cpu_arch": self.cpu_arch,
+            "vcpus": self.vcpus,
+            "ram_gb": self.ram_gb,
+            "cpu_only": self.cpu_only,
         }
 
 

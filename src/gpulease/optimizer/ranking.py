@@ -388,6 +388,12 @@ def _build_plans(
     return plans
 
 
+def _stated(value: float) -> float | None:
+    """A host figure as a plan states it: None where the offer does not say (NaN)."""
+    number = float(value)
+    return number if np.isfinite(number) else None
+
+
 def _make_plan(
     ctx: Context, grid: PricingGrid, cell: Cell, *, rank: int, first: Plan | None
 ) -> Plan:
@@ -423,6 +429,8 @@ def _make_plan(
         as_of=str(offers.as_of[i]),
         source=str(offers.source[i]),
         cpu_arch=str(offers.cpu_arch[i]),
+        vcpus=_stated(offers.vcpus[i]),
+        ram_gb=_stated(offers.ram_gb[i]),
     )
     notes = sizing.notes[opt] if opt < len(sizing.notes) else ()
     reasons = plan_reasons(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import warnings
 
 from gpulease.catalog import Catalog
-from gpulease.catalog.runtime import LOCAL_CPU_PART
 from gpulease.errors import UserInputError
 from gpulease.optimizer import Plan, plan_all
 from gpulease.spec import Task
@@ -21,13 +20,15 @@ class NoLaunchablePlan(UserInputError):
 
 
 def target_of(plan: Plan) -> LaunchTarget:
+    """The launch target of ``plan``; a CPU-only plan (any provider's CPU instance, the local
+    ``local-cpu``) launches with no accelerator and 0 GPUs."""
     return LaunchTarget(
         provider=plan.provider,
         region=plan.region,
         zone=plan.zone,
         instance_type=plan.instance_type,
-        accelerator=None if plan.part == LOCAL_CPU_PART else plan.accelerator,
-        gpus_per_node=plan.gpus_per_node,
+        accelerator=None if plan.cpu_only else plan.accelerator,
+        gpus_per_node=0 if plan.cpu_only else plan.gpus_per_node,
         num_nodes=plan.num_nodes,
         pricing=plan.pricing,
         price_per_hour=plan.price_per_hour,
