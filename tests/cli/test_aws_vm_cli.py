@@ -1,6 +1,8 @@
 """The README's examples on AWS nodes, end to end: the real CLI and server, the aws provider
 against moto, and moto's instances made real VMs by tests/awsvm.py (network and mount
 namespaces, sshd, user-data, IMDS; the VMs see neither the repository nor the server's home).
+The examples are kept to us-east-1, the one region the harness boots VMs in (a CPU task's
+cheapest instance may be elsewhere).
 
 ``examples/quickstart.yaml --provider aws`` trains to its accuracy line: the server brought its
 own gpulease over SSH (the image has torch and no gpulease), the workdir travelled through the
@@ -12,13 +14,15 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpulease.providers.wheel import own_version
 from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
-from tests.cli.conftest import Cli
+from tests.cli.conftest import ROOT, Cli
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("awsvm")]
@@ -30,6 +34,16 @@ def user(cli: Cli, aws_vms: AwsVms) -> Iterator[Cli]:  # noqa: F811 - fixture
     (cli.home / "config.yaml").write_text(vm_config(aws_vms.cloud))
     yield cli
     cli("server", "stop")
+
+
+def _in_us_east_1(example: str, folder: Path) -> str:
+    """A copy of the example kept to us-east-1 (the harness's region); relative paths in it
+    still resolve from the repository, where the CLI runs."""
+    task = yaml.safe_load((ROOT / "examples" / example).read_text())
+    task.setdefault("resources", {})["regions"] = ["us-east-1"]
+    copy = folder / example
+    copy.write_text(yaml.safe_dump(task, sort_keys=False))
+    return str(copy)
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -47,8 +61,10 @@ def _tagged(ec2: Any, kind: str) -> list[dict[str, Any]]:
 def test_the_quickstart_trains_on_a_vm_with_the_servers_own_gpulease(
     user: Cli,
     aws_vms: AwsVms,  # noqa: F811 - fixture
+    tmp_path: Path,
 ) -> None:
-    launched = _ok(user("launch", "examples/quickstart.yaml", "--provider", "aws", timeout=300))
+    quickstart = _in_us_east_1("quickstart.yaml", tmp_path)
+    launched = _ok(user("launch", quickstart, "--provider", "aws", timeout=300))
     assert "test accuracy" in launched.stdout and "quickstart: succeeded" in launched.stderr
     assert "launching quickstart on aws/us-east-1" in launched.stderr
     ((instance_id, vm),) = aws_vms.cloud.vms.items()
@@ -78,8 +94,10 @@ def test_the_quickstart_trains_on_a_vm_with_the_servers_own_gpulease(
 def test_the_ddp_example_trains_across_two_vms(
     user: Cli,
     aws_vms: AwsVms,  # noqa: F811 - fixture
+    tmp_path: Path,
 ) -> None:
-    out = _ok(user("launch", "examples/ddp-2node.yaml", "--provider", "aws", timeout=300))
+    ddp = _in_us_east_1("ddp-2node.yaml", tmp_path)
+    out = _ok(user("launch", ddp, "--provider", "aws", timeout=300))
     assert "(world size 2)" in out.stdout, out.stdout + out.stderr
     head = _ok(user("exec", "ddp-2node", "hostname -I", "--rank", "0")).stdout.split()
     other = _ok(user("exec", "ddp-2node", "echo $MASTER_ADDR $NODE_RANK; hostname -I", "--rank",

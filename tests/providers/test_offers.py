@@ -75,9 +75,10 @@ def test_slurm_offers_follow_partitions_states_and_the_rate(catalog: Catalog) ->
 
     settings = SlurmSettings.from_mapping({"price_per_gpu_hour": 2.0, "partitions": ["gpu"]})
     sold = slurm_offers(Cluster(), settings, catalog).table  # type: ignore[arg-type]
-    assert sold.gpu_count.tolist() == [1, 2, 4, 8]
+    assert sold.gpu_count.tolist() == [0, 1, 2, 4, 8]  # a CPU-only shape, then the GPU counts
+    assert (sold.instance_type[0], sold.accelerator[0], sold.part[0]) == ("gpu-cpu", "CPU", "cpu")
     assert set(sold.zone.tolist()) == {"gpu"} and set(sold.region.tolist()) == {"dev"}
-    assert sold.price_on_demand.tolist() == [2.0, 4.0, 8.0, 16.0]
+    assert sold.price_on_demand.tolist() == [0.0, 2.0, 4.0, 8.0, 16.0]
     everything = slurm_offers(Cluster(), SlurmSettings.from_mapping({}), catalog).table  # type: ignore[arg-type]
     assert ("debug", 2) in set(
         zip(everything.zone.tolist(), everything.gpu_count.tolist(), strict=True)

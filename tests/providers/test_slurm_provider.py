@@ -170,9 +170,9 @@ def test_a_requeue_is_a_preempted_event(provider: SlurmProvider, slurm_env: str)
 def test_offers_come_from_sinfo(slurm_env: str, tmp_path: Path) -> None:  # noqa: F811
     provider = SlurmProvider.from_config({"price_per_gpu_hour": 1.5}, tmp_path)
     offers = provider.offers(Catalog.load()).table
-    assert set(offers.gpu_count.tolist()) == {1, 2, 4}
+    assert set(offers.gpu_count.tolist()) == {0, 1, 2, 4}  # 0: the CPU-only shape (gpu-cpu)
     assert set(offers.zone.tolist()) == {"gpu"} and set(offers.provider.tolist()) == {"slurm"}
-    assert sorted(offers.price_on_demand.tolist()) == [1.5, 3.0, 6.0]
+    assert sorted(offers.price_on_demand.tolist()) == [0.0, 1.5, 3.0, 6.0]
     assert "slurm" in configured_providers({})  # SLURM_CONF alone enables slurm
     sellers = build_providers({})
     assert isinstance(sellers["slurm"], SlurmProvider)

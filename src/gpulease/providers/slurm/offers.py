@@ -1,8 +1,10 @@
 """What a Slurm cluster sells, as its backend (the commands, locally or on a login node over
 ssh, or slurmrestd) shows it now: one offer per partition node shape — region = the cluster
 name, zone = the partition, one per power-of-two GPU count up to the node's GPUs (gres), priced
-``price_per_gpu_hour`` × GPUs (0 by default), with the node's CPU architecture where the
-backend says (slurmrestd's ``architecture``), else x86_64. Nodes down, drained or failing are
+``price_per_gpu_hour`` × GPUs (0 by default), and one CPU-only shape per partition node shape
+(``PARTITION-cpu``: no GPU asked, at price 0, so a task without accelerators runs on the
+cluster), with the node's CPU architecture where the backend says (slurmrestd's
+``architecture``), else x86_64. Nodes down, drained or failing are
 left out, and so are partitions the settings do not list. A cluster that does not answer sells
 nothing (a warning in the log). Moves no states.
 """
@@ -12,7 +14,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gpulease.catalog.runtime import host_cpu_arch, offer_row, offer_table, power_of_two_counts
+from gpulease.catalog.runtime import (
+    CPU_SPEC,
+    host_cpu_arch,
+    offer_row,
+    offer_table,
+    power_of_two_counts,
+)
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import ProviderOffers
 from gpulease.providers.slurm.commands import NodeInfo, SlurmBackend
@@ -46,11 +54,11 @@ def slurm_offers(
     for node in nodes:
         parts = catalog.parts_of(node.gpu_type) if node.gpu_type else []
         parts = parts or catalog.parts_of(settings.accelerator)
-        if not parts:
-            continue
-        spec = parts[0]
-        for count in power_of_two_counts(node.gpus):
-            name = f"{node.partition}-{spec.name}x{count}"
+        shapes = [(CPU_SPEC, 0)]
+        if parts and node.gpus:
+            shapes += [(parts[0], count) for count in power_of_two_counts(node.gpus)]
+        for spec, count in shapes:
+            name = f"{node.partition}-{spec.name}x{count}" if count else f"{node.partition}-cpu"
             if name in seen:
                 continue
             seen.add(name)
