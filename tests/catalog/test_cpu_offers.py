@@ -16,6 +16,8 @@ from gpulease.catalog._cpu import SKIPPED, is_cpu_instance
 from gpulease.catalog._gpuhunt import convert
 from gpulease.catalog._skypilot import convert_rows
 from gpulease.errors import CatalogError
+from gpulease.optimizer import plan_all
+from gpulease.spec import task_from_dict
 
 TODAY = date(2027, 1, 15)
 SKY = "skypilot-org/skypilot-catalog catalogs/"
@@ -72,6 +74,75 @@ def test_cpu_rows_carry_upstream_prices_and_provenance(bundled: Catalog) -> None
     for i in np.flatnonzero(o.gpu_count == 0):
         spot = float(o.price_spot[i])
         assert math.isnan(spot) or 0 < spot < float(o.price_on_demand[i])
+
+
+#: The largest CPU-only size per provider and family in the snapshot (vCPUs).
+LARGEST = {
+    ("aws", "m6i"): 128, ("aws", "c6i"): 128, ("aws", "m7g"): 64, ("aws", "c7g"): 64,
+    ("gcp", "n2-standard"): 80, ("gcp", "c2-standard"): 60,
+    ("azure", "Standard_D"): 64, ("azure", "Standard_F"): 64,
+    ("oci", "VM.Standard.E4.Flex"): 128, ("oci", "VM.Standard.E5.Flex"): 128,
+}  # fmt: skip
+
+
+def test_the_snapshot_has_large_cpu_sizes_in_every_zone_of_the_small_ones(
+    bundled: Catalog,
+) -> None:
+    o = bundled.offers
+    cpu = o.gpu_count == 0
+    for (provider, family), vcpus in LARGEST.items():
+        mine = (
+            cpu & (o.provider == provider) & np.char.startswith(o.instance_type.astype(str), family)
+        )
+        assert float(np.max(o.vcpus[mine])) == vcpus, (provider, family)
+    zones = {  # a large size is listed wherever the family's 8-vCPU size is (AWS, GCP)
+        "c6i.2xlarge": ["c6i.12xlarge", "c6i.16xlarge", "c6i.24xlarge", "c6i.32xlarge"],
+        "m6i.2xlarge": ["m6i.12xlarge", "m6i.16xlarge", "m6i.24xlarge", "m6i.32xlarge"],
+        "c7g.2xlarge": ["c7g.8xlarge", "c7g.12xlarge", "c7g.16xlarge"],
+        "m7g.2xlarge": ["m7g.8xlarge", "m7g.12xlarge", "m7g.16xlarge"],
+        "n2-standard-8": ["n2-standard-32", "n2-standard-48", "n2-standard-64", "n2-standard-80"],
+        "c2-standard-8": ["c2-standard-30", "c2-standard-60"],
+    }
+    for small, large in zones.items():
+        wanted = set(o.zone[o.instance_type == small].tolist())
+        for name in large:
+            assert set(o.zone[o.instance_type == name].tolist()) == wanted, name
+
+    def row(instance: str, zone: str) -> int:
+        (i,) = np.flatnonzero((o.instance_type == instance) & (o.zone == zone)).tolist()
+        return int(i)
+
+    c6i = row("c6i.16xlarge", "use1-az1")  # verbatim: c6i.16xlarge,,,64.0,128.0,,2.72,1.148600
+    assert (o.vcpus[c6i], o.ram_gb[c6i], o.price_on_demand[c6i], o.price_spot[c6i]) == (
+        64, 128, 2.72, 1.1486,
+    )  # fmt: skip
+    m7g = row("m7g.16xlarge", "usw2-az1")
+    assert o.cpu_arch[m7g] == "arm64" and o.price_on_demand[m7g] == 2.6112
+    atl = row("c6i.16xlarge", "use1-atl2-az1")  # upstream spot 3.40 > on-demand 2.72: dropped
+    assert o.price_on_demand[atl] == 2.72 and math.isnan(o.price_spot[atl])
+    n2 = row("n2-standard-64", "us-central1-a")
+    assert (o.price_on_demand[n2], o.price_spot[n2]) == (3.10778, 1.01606)
+    d64 = int(np.flatnonzero((o.instance_type == "Standard_D64s_v5") & (o.region == "eastus"))[0])
+    assert (o.vcpus[d64], o.price_on_demand[d64], o.price_spot[d64]) == (64, 3.072, 0.33792)
+    e4 = int(np.flatnonzero(o.instance_type == "VM.Standard.E4.Flex$_64_256")[0])
+    assert (o.vcpus[e4], o.ram_gb[e4], o.price_on_demand[e4]) == (64, 256, 1.184)
+
+
+@pytest.mark.parametrize(
+    ("provider", "cheapest"),
+    [
+        ("aws", {"c6i.16xlarge", "m6i.16xlarge"}),
+        ("gcp", {"n2-standard-64"}),
+        ("azure", {"Standard_F64s_v2"}),
+    ],
+)
+def test_a_64_vcpu_cpu_task_plans_a_64_vcpu_instance(
+    bundled: Catalog, provider: str, cheapest: set[str]
+) -> None:
+    task = task_from_dict({"resources": {"cpus": "64+", "providers": [provider]}})
+    result = plan_all(task, catalog=bundled, top=50, objective="cheapest", config={})
+    assert result.plans and all(p.cpu_only and (p.vcpus or 0) >= 64 for p in result.plans)
+    assert result.plans[0].instance_type in cheapest and result.plans[0].vcpus == 64
 
 
 def test_every_catalog_knows_the_cpu_part_and_gpu_queries_leave_it_out(bundled: Catalog) -> None:
