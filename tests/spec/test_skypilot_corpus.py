@@ -32,6 +32,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from gpulease.spec import task_json_schema
+
 CORPUS = Path(__file__).parent / "skypilot_corpus"
 FILES = CORPUS / "files"
 MANIFEST: list[dict[str, Any]] = yaml.safe_load((CORPUS / "manifest.yaml").read_text())["files"]
@@ -243,3 +245,24 @@ def test_expectation_is_well_formed(entry: dict[str, Any]) -> None:
             assert REGION_CLASS.fullmatch(cls), cls
     if "or_fail" in expect:
         assert set(expect["or_fail"]) == {"exit", "message"}
+
+
+def _documents(entry: Mapping[str, Any]) -> list[Any]:
+    return list(yaml.safe_load_all((FILES / entry["file"]).read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [entry for entry in MANIFEST if len(_documents(entry)) == 1],  # pipelines: several
+    ids=lambda e: Path(e["file"]).stem,
+)
+def test_an_editor_validating_against_the_schema_flags_no_task_file(
+    entry: dict[str, Any],
+) -> None:
+    """`gpulease schema` describes SkyPilot's fields too: every one-document file of the corpus
+    validates, those gpulease then refuses included (the schema checks forms, not offers)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(task_json_schema())
+    (document,) = _documents(entry)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)]
+    assert not errors, errors
