@@ -42,8 +42,10 @@ def in_process(repeat: int, offers: int) -> list[dict[str, object]]:
     synthetic = Catalog.synthetic(offers, seed=0)
 
     def cheapest_hourly(catalog: Catalog) -> int:
-        """The baseline: what a price-only picker does (cheapest on-demand offer, 1-hour job)."""
-        price = catalog.offers.price_on_demand / catalog.offers.gpu_count
+        """The baseline: what a price-only picker does (cheapest on-demand $/GPU-h, 1-hour job;
+        CPU-only offers have no GPU to price)."""
+        gpus = catalog.offers.gpu_count
+        price = np.where(gpus > 0, catalog.offers.price_on_demand / np.maximum(gpus, 1), np.nan)
         return int(np.nanargmin(price))
 
     rows = []
