@@ -38,6 +38,12 @@ from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
+from gpulease.server.metrics import (
+    ControlPlaneCollector,
+    MetricsEndpoint,
+    metrics_registry,
+    open_to_loopback,
+)
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
@@ -129,6 +135,8 @@ def _assemble(home: Path) -> _Parts:
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
+    collector = ControlPlaneCollector(engine, pass_times=loop.times)
+    metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg))
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -140,6 +148,7 @@ def _assemble(home: Path) -> _Parts:
         info=lambda: {"owner": owner, "providers": describe(providers, settings)},
         shutdown=shutdown,
         jobs=jobs,
+        metrics=metrics,
     )
     return parts
 
