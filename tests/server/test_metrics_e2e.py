@@ -179,3 +179,13 @@ def test_prometheus_config_without_a_server_or_with_bad_options(tmp_path: Path) 
         out = _cli(tmp_path, "metrics", "prometheus-config", *args)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out
         assert args[0] in out.stderr
+
+
+def test_a_bad_metrics_setting_stops_the_server_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("server:\n  metrics:\n    open_to_loopback: maybe\n")
+    env = {**os.environ, "GPULEASE_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "gpulease.server", "run"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "error: server.metrics.open_to_loopback: true or false, not 'maybe'" in out.stderr
+    assert not (tmp_path / "server.json").exists()

@@ -33,6 +33,7 @@ from gpulease.atomic import write_json_atomic
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
@@ -54,6 +55,7 @@ log = logging.getLogger("gpulease.server")
 INFO_FILE = "server.json"
 LOCK_FILE = "server.lock"
 ALREADY_RUNNING = 3
+BAD_INPUT = 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -204,4 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent poll otherwise
-    return serve(args.host, args.port)
+    try:
+        return serve(args.host, args.port)
+    except UserInputError as exc:  # a bad config file: one line naming the key, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return BAD_INPUT
