@@ -84,6 +84,8 @@ COMPONENTS: dict[str, Component] = {
         Component("openssh-server", "sshd and ssh", ("openssh-server", "openssh-client"),
                   _commands("sshd", "ssh", "ssh-keygen")),
         Component("iproute2", "ip (network namespaces)", ("iproute2",), _commands("ip")),
+        Component("prometheus", "the Prometheus server and promtool", ("prometheus",),
+                  _commands("prometheus", "promtool")),
     )
 }  # fmt: skip
 

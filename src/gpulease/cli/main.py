@@ -21,6 +21,7 @@ from gpulease.cli import (
     gpus_cmd,
     jobs_cmd,
     launch_cmd,
+    metrics_cmd,
     plan_cmd,
     server_cmd,
     spot_cmd,
@@ -48,6 +49,7 @@ app.command("spot-sim")(spot_cmd.spot_sim)
 app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")
 app.add_typer(jobs_cmd.app, name="jobs")
+app.add_typer(metrics_cmd.app, name="metrics")
 
 
 @app.command("schema")

@@ -1,7 +1,9 @@
 """The REST API (FastAPI, JSON, under ``/v1``) over
 :class:`~gpulease.server.service.ClusterService`.
 
-Every route needs ``Authorization: Bearer <token>`` (the ``server.token`` file in the home).
+Every route needs ``Authorization: Bearer <token>`` (the ``server.token`` file in the home);
+``GET /metrics`` (Prometheus text, outside ``/v1``) too, unless the config opens it to loopback
+scrapers.
 Errors are ``{"error": {"code", "message"}}`` with status 422 (bad input), 404 (no such cluster),
 409 (the cluster's status forbids it, or the name is taken), 503 (retry later) or 500. Routes are
 listed in docs/server.md. Moves no states itself.
@@ -22,6 +24,7 @@ from gpulease import __version__
 from gpulease.errors import GpuleaseError, Retryable, UserInputError
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
+from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
 from gpulease.server.service import ClusterService, Conflict, NotFound
 from gpulease.state import ClusterExists
 
@@ -74,6 +77,7 @@ def create_app(
     info: Callable[[], dict[str, Any]] = dict,
     shutdown: Callable[[], None] = lambda: None,
     jobs: JobService | None = None,
+    metrics: MetricsEndpoint | None = None,
 ) -> FastAPI:
     app = FastAPI(title="gpulease", version=__version__, docs_url=None, redoc_url=None)
 
@@ -81,6 +85,9 @@ def create_app(
         scheme, _, presented = authorization.partition(" ")
         if scheme.lower() != "bearer" or not same_token(presented.strip(), token):
             raise _Unauthorised()
+
+    if metrics is not None:
+        _metrics_route(app, metrics, authorised)
 
     router = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
     _server_routes(router, info, shutdown)
@@ -122,6 +129,17 @@ def _server_routes(
     def stop_server() -> dict[str, Any]:
         shutdown()
         return {"stopping": True}
+
+
+def _metrics_route(
+    app: FastAPI, metrics: MetricsEndpoint, authorised: Callable[[str], None]
+) -> None:
+    @app.get("/metrics", include_in_schema=False)
+    def scrape(request: Request, authorization: Annotated[str, Header()] = "") -> Response:
+        peer = request.client.host if request.client is not None else None
+        if not (metrics.open_to_loopback and is_loopback(peer)):
+            authorised(authorization)
+        return Response(metrics.text(), media_type=CONTENT_TYPE)
 
 
 def _cluster_routes(router: APIRouter, service: ClusterService) -> None:

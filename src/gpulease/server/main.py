@@ -33,11 +33,18 @@ from gpulease.atomic import write_json_atomic
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
+from gpulease.server.metrics import (
+    ControlPlaneCollector,
+    MetricsEndpoint,
+    metrics_registry,
+    open_to_loopback,
+)
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
@@ -48,6 +55,7 @@ log = logging.getLogger("gpulease.server")
 INFO_FILE = "server.json"
 LOCK_FILE = "server.lock"
 ALREADY_RUNNING = 3
+BAD_INPUT = 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,6 +137,8 @@ def _assemble(home: Path) -> _Parts:
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
+    collector = ControlPlaneCollector(engine, pass_times=loop.times)
+    metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg))
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -140,6 +150,7 @@ def _assemble(home: Path) -> _Parts:
         info=lambda: {"owner": owner, "providers": describe(providers, settings)},
         shutdown=shutdown,
         jobs=jobs,
+        metrics=metrics,
     )
     return parts
 
@@ -195,4 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent poll otherwise
-    return serve(args.host, args.port)
+    try:
+        return serve(args.host, args.port)
+    except UserInputError as exc:  # a bad config file: one line naming the key, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return BAD_INPUT

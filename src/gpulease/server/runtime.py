@@ -4,18 +4,60 @@ managed-jobs pass, which also relays provider events) about every
 the orphan sweep every ``sweep_every_s``. On start it releases the claims a dead predecessor
 left and sweeps once; so a restarted server resumes every cluster from the DB. Moves states only
 through the reconciler.
+
+Each pass is timed into :class:`PassTimes` (per loop, ``clusters`` and ``jobs``: count, sum and
+histogram buckets), which ``GET /metrics`` reads as ``gpulease_reconcile_pass_seconds``.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
 
 log = logging.getLogger("gpulease.server")
+
+#: upper bounds (seconds) of the pass-duration histogram's buckets; +Inf is implied
+PASS_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                                   10.0, 30.0)  # fmt: skip
+
+
+@dataclass
+class PassStats:
+    """One loop's passes: how many, their total seconds, and the count per bucket (not
+    cumulative; the last slot counts passes longer than every bound)."""
+
+    count: int = 0
+    total_s: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(PASS_BUCKETS) + 1))
+
+
+class PassTimes:
+    """Durations of the reconcile passes, per loop; written by the loop thread, read by a
+    scrape (a lock guards both)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats: dict[str, PassStats] = {}
+
+    def observe(self, loop: str, seconds: float) -> None:
+        with self._lock:
+            stats = self._stats.setdefault(loop, PassStats())
+            stats.count += 1
+            stats.total_s += seconds
+            stats.buckets[bisect.bisect_left(PASS_BUCKETS, seconds)] += 1
+
+    def snapshot(self) -> dict[str, PassStats]:
+        """A copy of every loop's stats."""
+        with self._lock:
+            return {name: PassStats(s.count, s.total_s, list(s.buckets))
+                    for name, s in self._stats.items()}  # fmt: skip
 
 
 class LoopThread:
@@ -37,6 +79,7 @@ class LoopThread:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="reconcile", daemon=True)
         self.passes = 0
+        self.times = PassTimes()
 
     def start(self) -> None:
         released = self.reconciler.release_stale_claims()
@@ -59,12 +102,19 @@ class LoopThread:
             if time.monotonic() >= next_sweep:
                 self._guarded(self.reconciler.sweep)
                 next_sweep = time.monotonic() + self.sweep_every_s
-            progress = self._guarded(self.reconciler.run_pass)
+            progress = self._timed("clusters", self.reconciler.run_pass)
             if self.jobs is not None:
-                progress |= self._guarded(self.jobs.run_pass)
+                progress |= self._timed("jobs", self.jobs.run_pass)
             self.passes += 1
             self._wake.wait(self.busy_gap_s if progress else self.interval_s)
             self._wake.clear()
+
+    def _timed(self, loop: str, fn: Callable[[], object]) -> bool:
+        started = time.perf_counter()
+        try:
+            return self._guarded(fn)
+        finally:
+            self.times.observe(loop, time.perf_counter() - started)
 
     def _guarded(self, fn: object) -> bool:
         try:
