@@ -98,11 +98,13 @@ class TelemetrySampler:
             return NodeSample()
 
     def start(self) -> None:
-        self.open()
+        """Open the GPU source and sample, in a daemon thread: ``nvmlInit`` can take a second
+        on a real node, and neither the API nor the heartbeat waits for it."""
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        self.open()
         while not self._stop.is_set():
             try:
                 self.sample_once()
