@@ -1,5 +1,6 @@
 """``python -m gpulease.agent serve …``: parse arguments, bind, write the port file, serve until
-SIGTERM, SIGINT or ``POST /v1/shutdown``; write the heartbeat file meanwhile.
+SIGTERM, SIGINT or ``POST /v1/shutdown``; write the heartbeat file and sample the node's
+telemetry (``--metrics-interval``) meanwhile.
 
 Start-up is kept light (argparse and the stdlib HTTP server): the agent answers within a few
 hundred milliseconds of its start (see ``docs/agent.md``).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import stat
@@ -21,7 +23,18 @@ from gpulease.agent.ckpt_sync import DEFAULT_FINAL_SYNC_TIMEOUT_S
 from gpulease.agent.http import AgentHTTPServer
 from gpulease.agent.service import Agent
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB
+from gpulease.agent.telemetry import (
+    DEFAULT_CAPACITY,
+    DEFAULT_INTERVAL_S,
+    FakeGpuSampler,
+    FakeGpuScript,
+    GpuSource,
+    NvmlSampler,
+    SampleRing,
+    TelemetrySampler,
+)
 from gpulease.atomic import write_atomic
+from gpulease.clock import SystemClock
 
 log = logging.getLogger("gpulease.agent")
 
@@ -62,8 +75,46 @@ def _parser() -> argparse.ArgumentParser:
         help="where task environments (venvs keyed by the setup script) are made and shared; "
         "default: NODE_DIR/venvs",
     )
+    serve.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        help="seconds between telemetry samples (GET /v1/metrics); 0 turns sampling off",
+    )
+    serve.add_argument(
+        "--metrics-capacity",
+        type=int,
+        default=DEFAULT_CAPACITY,
+        help="how many samples the agent keeps in memory (the oldest are dropped)",
+    )
+    serve.add_argument(
+        "--fake-gpus",
+        metavar="JSON",
+        default=None,
+        help="report scripted fake GPUs instead of NVML's (the local provider passes it)",
+    )
     serve.add_argument("--log-level", default="INFO")
     return parser
+
+
+def _telemetry(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> TelemetrySampler | None:
+    """The sampler ``serve`` asked for (None: sampling off); bad values exit 2 naming the flag."""
+    if args.metrics_interval < 0 or not math.isfinite(args.metrics_interval):
+        parser.error("--metrics-interval: seconds >= 0 (0 turns sampling off)")
+    if args.metrics_capacity < 1:
+        parser.error("--metrics-capacity: at least 1 sample")
+    gpus: GpuSource = NvmlSampler()
+    if args.fake_gpus is not None:
+        try:
+            gpus = FakeGpuSampler(FakeGpuScript.parse(args.fake_gpus))
+        except ValueError as exc:
+            parser.error(f"--fake-gpus: {exc}")
+    if args.metrics_interval == 0:
+        return None
+    ring = SampleRing(args.metrics_capacity)
+    return TelemetrySampler(ring, gpus, SystemClock(), interval_s=args.metrics_interval)
 
 
 def read_token(path: Path) -> bytes:
@@ -80,7 +131,7 @@ def _write_port_file(path: Path, port: int) -> None:
     write_atomic(path, f"{port}\n")
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, telemetry: TelemetrySampler | None = None) -> int:
     token = read_token(args.token_file)
     agent = Agent(
         args.node_dir,
@@ -89,6 +140,7 @@ def serve(args: argparse.Namespace) -> int:
         venv_root=args.venv_root,
         max_upload_bytes=int(args.max_upload_mb * 1_000_000),
     )
+    agent.telemetry = telemetry
     server = AgentHTTPServer((args.host, args.port), agent, token)
     port = server.server_address[1]
     if args.port_file:
@@ -105,12 +157,16 @@ def serve(args: argparse.Namespace) -> int:
         from gpulease.agent.imds import ImdsPoller  # only then: start-up stays light
 
         ImdsPoller(agent.preempt_current).start()
+    if telemetry is not None:
+        telemetry.start()
     log.info("agent listening on %s:%d, node dir %s", args.host, port, args.node_dir)
     try:
         agent.write_heartbeat()
         while not agent.stopping.wait(args.heartbeat_interval):
             agent.write_heartbeat()
     finally:
+        if telemetry is not None:
+            telemetry.stop()
         server.shutdown()
         server.server_close()
         log.info("agent stopped")
@@ -118,13 +174,15 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    telemetry = _telemetry(args, parser)
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return serve(args)
+    return serve(args, telemetry)
 
 
 if __name__ == "__main__":

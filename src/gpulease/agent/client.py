@@ -84,6 +84,11 @@ class AgentClient:
     def health(self) -> dict[str, Any]:
         return self._http.json("GET", "/v1/health")
 
+    def metrics(self, since: float | None = None) -> dict[str, Any]:
+        """The node's buffered telemetry samples taken after ``since``, newest last."""
+        path = "/v1/metrics" if since is None else f"/v1/metrics?since={since!r}"
+        return self._http.json("GET", path)
+
     def submit(self, task: NodeTask) -> dict[str, Any]:
         return self._http.json("POST", "/v1/tasks", json=task.wire())
 

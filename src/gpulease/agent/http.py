@@ -20,6 +20,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import re
 import threading
 from collections.abc import Callable
@@ -137,6 +138,19 @@ def _put_files(req: Request) -> Response:
     return json_response(200, req.agent.put_files(req.params["bundle"], req.stream))
 
 
+def _metrics(req: Request) -> Response:
+    values = req.query.get("since")
+    since = None
+    if values:
+        try:
+            since = float(values[0])
+        except ValueError:
+            raise AgentError(422, "invalid_request", "since must be a number (seconds)") from None
+        if not math.isfinite(since):
+            raise AgentError(422, "invalid_request", "since must be a finite number") from None
+    return json_response(200, req.agent.metrics(since))
+
+
 def _shutdown(req: Request) -> Response:
     body = req.model(ShutdownRequest)
     threading.Thread(
@@ -157,6 +171,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Callable[[Request], Response]]] = [
     ("POST", re.compile(_TASK + r"/cancel"), _stopper("cancel")),
     ("POST", re.compile(_TASK + r"/exec"), _exec),
     ("POST", re.compile(r"/v1/shutdown"), _shutdown),
+    ("GET", re.compile(r"/v1/metrics"), _metrics),
     ("GET", re.compile(_FILES), _file_manifest),
     ("PUT", re.compile(_FILES), _put_files),
 ]

@@ -33,6 +33,7 @@ from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
+from gpulease.agent.telemetry.sampler import TelemetrySampler, metrics_report
 from gpulease.atomic import write_atomic
 from gpulease.clock import Clock, SystemClock
 from gpulease.wire import ExecResult, LogChunk, NodeTask
@@ -84,6 +85,7 @@ class Agent:
             (node_dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(node_dir, 0o700)
         self.staging = Staging(node_dir / "files", max_upload_bytes=max_upload_bytes)
+        self.telemetry: TelemetrySampler | None = None  # set by ``serve`` unless sampling is off
         self._resume_saved_tasks()
 
     @property
@@ -211,6 +213,12 @@ class Agent:
             current.request_stop("cancel", grace_s)
             current.join(grace_s + 1.0)
         self.stopping.set()
+
+    # ---- telemetry ----------------------------------------------------------------------------
+
+    def metrics(self, since: float | None) -> dict[str, Any]:
+        """The buffered telemetry samples taken after ``since`` (see :mod:`.telemetry`)."""
+        return metrics_report(self.telemetry, since)
 
     # ---- uploaded files ---------------------------------------------------------------------
 

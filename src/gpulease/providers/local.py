@@ -3,8 +3,9 @@
 A node is an agent process (``python -m gpulease.agent serve``, started by its CLI contract — this
 module imports no agent code) that leads its own session, with its own directory, bearer token,
 loopback port and fake GPUs (``CUDA_VISIBLE_DEVICES`` in the agent's environment, which its jobs
-inherit). Jobs run in process groups of the agent's session, so the node's processes are
-exactly that session's.
+inherit; the agent reports them, ``--fake-gpus``, with the load scripted by
+``providers.local.gpu_load``). Jobs run in process groups of the agent's session, so the node's
+processes are exactly that session's.
 
 Files under ``root`` (``gpulease.config.home()/local`` by default)::
 
@@ -50,6 +51,7 @@ from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock, SystemClock
 from gpulease.config import home, load_config
 from gpulease.errors import UserInputError
+from gpulease.providers._local_gpus import GpuLoad, parse_gpu_load
 from gpulease.providers._local_registry import NodeRecord, Registry
 from gpulease.providers._procs import ProcessTable
 from gpulease.providers.base import (
@@ -97,12 +99,15 @@ class LocalProvider(
         boot_wait_s: float = 3.0,
         kill_grace_s: float = 2.0,
         keep_terminated_s: float = 86400.0,
+        gpu_load: GpuLoad | None = None,
     ) -> None:
         """``gpus``: how many fake GPUs the machine has (None: as many as asked for; it then
-        sells none); ``accelerator``: what they are called in the catalog."""
+        sells none); ``accelerator``: what they are called in the catalog; ``gpu_load``: what
+        their agents report (see :mod:`._local_gpus`; default idle)."""
         self.root = root
         self.gpus = gpus
         self.accelerator = accelerator
+        self.gpu_load = gpu_load or GpuLoad()
         self._clock = clock or SystemClock()
         self._python = python
         self._boot_wait_s = boot_wait_s
@@ -115,7 +120,7 @@ class LocalProvider(
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None = None, **kw: Any) -> LocalProvider:
         """From the ``providers.local`` section of the config file (``root``, ``gpus``,
-        ``accelerator``)."""
+        ``accelerator``, ``gpu_load``, ``gpu_memory``)."""
         section = (load_config() if config is None else config).get("providers", {}) or {}
         local = section.get("local", {}) or {}
         gpus = local.get("gpus")
@@ -127,6 +132,7 @@ class LocalProvider(
                 f"providers.local.accelerator: a name like T4, not {accelerator!r}"
             )
         root = Path(local.get("root", home() / "local")).expanduser()
+        kw.setdefault("gpu_load", parse_gpu_load(local, gpus))
         return cls(root, gpus=gpus, accelerator=accelerator, **kw)
 
     # ---- the Provider contract ---------------------------------------------------------------
@@ -276,6 +282,8 @@ class LocalProvider(
             "--node-dir", str(node / "node"), "--node-rank", str(record.node_rank),
             "--venv-root", str(self.root / "venvs"),
         ]  # fmt: skip
+        if record.gpus:  # the agent reports these fake GPUs (GET /v1/metrics)
+            command += ["--fake-gpus", self.gpu_load.script(record.gpus, self.accelerator)]
         try:
             with open(node / "agent.log", "ab") as log:
                 proc = subprocess.Popen(
