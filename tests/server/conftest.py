@@ -6,6 +6,7 @@ started, then checks the process table."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,17 +16,30 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from sqlalchemy import Engine
 
 from gpulease.backoff import backoff_delay
 from gpulease.client import Client
 from gpulease.client.server import read_info
 from gpulease.providers.base import TAG_CLUSTER, Instance, InstanceState
 from gpulease.providers.local import LocalProvider
+from gpulease.state import make_engine
+from tests.dbfixtures import sqlite_template
 from tests.providers.procs import node_pids
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+
+
+@pytest.fixture
+def engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:
+    """A migrated SQLite state DB of the test's own (the API tests run the app in process)."""
+    path = tmp_path / "state.db"
+    shutil.copyfile(sqlite_template, path)
+    eng = make_engine(f"sqlite:///{path}")
+    yield eng
+    eng.dispose()
 
 
 class ServerProcess:

@@ -4,9 +4,7 @@ changes a user may ask for, and what a view never shows."""
 
 from __future__ import annotations
 
-import shutil
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,7 @@ from gpulease.providers.base import ProviderOffers, SupportsOffers
 from gpulease.providers.local import LocalProvider
 from gpulease.server.api import create_app
 from gpulease.server.service import ClusterService
-from gpulease.state import get_cluster_by_name, make_engine, session_scope
-from tests.controller.conftest import sqlite_template  # noqa: F401 - the fixture
+from gpulease.state import get_cluster_by_name, session_scope
 from tests.controller.doubles import FakeAgents, FakeProvider
 from tests.server.conftest import task_body
 
@@ -30,15 +27,6 @@ with warnings.catch_warnings():  # starlette's TestClient asks for httpx2 on imp
     from fastapi.testclient import TestClient
 
 TOKEN = "t0ken-for-tests"
-
-
-@pytest.fixture
-def engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:  # noqa: F811
-    path = tmp_path / "state.db"
-    shutil.copyfile(sqlite_template, path)
-    eng = make_engine(f"sqlite:///{path}")
-    yield eng
-    eng.dispose()
 
 
 class SellingFake(FakeProvider, SupportsOffers):

@@ -5,10 +5,7 @@ recoveries), the pass-duration histogram, the token, and the config key."""
 
 from __future__ import annotations
 
-import shutil
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,11 +33,9 @@ from gpulease.state import (
     create_job,
     ensure_node,
     fail_over,
-    make_engine,
     session_scope,
     set_status,
 )
-from tests.controller.conftest import sqlite_template  # noqa: F401 - the fixture
 from tests.controller.doubles import FakeAgents, FakeProvider
 
 with warnings.catch_warnings():  # starlette's TestClient asks for httpx2 on import
@@ -49,15 +44,6 @@ with warnings.catch_warnings():  # starlette's TestClient asks for httpx2 on imp
 
 TOKEN = "t0ken-for-metrics"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture
-def engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:  # noqa: F811
-    path = tmp_path / "state.db"
-    shutil.copyfile(sqlite_template, path)
-    eng = make_engine(f"sqlite:///{path}")
-    yield eng
-    eng.dispose()
 
 
 def _client(
