@@ -103,11 +103,11 @@ def _percent(value: Any, field: str) -> float:
 
 
 def _spec(accelerator: str) -> tuple[float, float]:
-    """(memory MB, power limit W) of the accelerator's bundled spec; a T4's when unknown."""
-    from gpulease.catalog._specs import bundled_specs
+    """(memory MB, power limit W) of the accelerator's bundled spec (the part the local provider
+    sells it as: :meth:`Catalog.parts_of`, first); a T4's when unknown."""
+    from gpulease.catalog import Catalog
 
-    wanted = accelerator.lower()
-    for spec in bundled_specs().values():
-        if wanted in (spec.name.lower(), spec.part.lower()) and spec.memory_gb > 0:
+    for spec in Catalog.load(bundled_only=True).parts_of(accelerator)[:1]:
+        if spec.memory_gb > 0:
             return spec.memory_gb * 1000.0, float(spec.tdp_w or 70.0)
     return 16_000.0, 70.0
