@@ -65,7 +65,11 @@ def _why_first(task: Task, objective: Objective, plan: Plan) -> str:
         within.append(f"within the ${task.budget_usd:,.0f} budget")
     suffix = (" that " + " and ".join(within)) if within else ""
     if task.workload is None and plan.est_hours is not None:
-        given = f"{plan.est_hours.expected:g} h" if plan.pricing != "spot" else "given"
+        given = (
+            f"{plan.est_hours.expected:g} h"
+            if plan.pricing != "spot"
+            else "stretched by expected restarts on spot"
+        )
         if objective == "fastest":
             return f"every plan takes the run time given ({given}): the cheapest of them{suffix}"
         if objective == "cheapest":
