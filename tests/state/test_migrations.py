@@ -21,7 +21,15 @@ from gpulease.state.migrate import MIGRATIONS_DIR, _config
 from gpulease.state.models import Base
 from gpulease.wire import RunSpec
 
-TABLES = {"jobs", "clusters", "nodes", "launch_intents", "status_changes", "server_identity"}
+TABLES = {
+    "jobs",
+    "clusters",
+    "nodes",
+    "launch_intents",
+    "status_changes",
+    "server_identity",
+    "telemetry_points",
+}
 
 
 def test_upgrade_from_empty_reaches_head(empty_engine: Engine) -> None:
@@ -89,6 +97,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0003_run_spec.py",
         "0004_job_claims.py",
         "0005_task_failure.py",
+        "0006_telemetry.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

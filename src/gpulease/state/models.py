@@ -2,7 +2,8 @@
 
 Owns the schema (the alembic migrations in ``migrations/versions`` must match it; a test checks):
 :class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`Job` (managed jobs),
-:class:`StatusChange` (history) and :class:`ServerIdentity`. It moves no states: every status
+:class:`StatusChange` (history), :class:`TelemetryPoint` (the nodes' downsampled
+telemetry) and :class:`ServerIdentity`. It moves no states: every status
 column is written by :func:`gpulease.state.status.set_status` only.
 
 Conventions: ids are never reused (AUTOINCREMENT on SQLite, sequences on PostgreSQL), so
@@ -99,6 +100,12 @@ class Cluster(Base):
     autostop_minutes: Mapped[int | None] = mapped_column(Integer)
     autostop_down: Mapped[bool] = mapped_column(Boolean)
     last_activity_at: Mapped[float | None]
+    # autostop's load rule (``resources.autostop.gpu_utilisation_below``, percent): a running
+    # cluster whose GPUs stay below it for ``autostop_minutes`` while billed is stopped
+    autostop_gpu_below: Mapped[float | None]
+    # when the telemetry relay last saw the cluster busy (a GPU at or above the rule's threshold,
+    # or a gpulease.train job making progress); the load rule counts idleness from it
+    gpu_active_at: Mapped[float | None]
     failover_history: Mapped[list[dict[str, Any]]]
     lock_worker: Mapped[str | None] = mapped_column(String(128))
     lock_token: Mapped[str | None] = mapped_column(String(64))
@@ -258,6 +265,34 @@ class StatusChange(Base):
     at: Mapped[float]
     actor: Mapped[str] = mapped_column(String(128))
     reason: Mapped[str] = mapped_column(Text)
+
+
+class TelemetryPoint(Base):
+    """One node's telemetry over one time bucket, downsampled by the server's relay: ``data`` is
+    the mean of the agent's samples in ``[at, at + resolution_s)`` (GPUs, host, peers' round
+    trips, the training job's figures; the shape of ``gpulease.agent.telemetry.Sample``'s JSON),
+    ``samples`` how many were folded in. Keyed by the cluster's id (never reused) with its name and
+    job copied, and no foreign key, so the history outlives the cluster row until retention
+    deletes it."""
+
+    __tablename__ = "telemetry_points"
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "node_rank", "resolution_s", "at"),
+        Index(None, "cluster_id", "resolution_s", "at"),
+        Index(None, "job_id", "resolution_s", "at"),
+        Index(None, "resolution_s", "at"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(Integer)
+    cluster_name: Mapped[str] = mapped_column(String(255))
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    node_rank: Mapped[int] = mapped_column(Integer)
+    resolution_s: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float]  # the bucket's start, a multiple of resolution_s
+    samples: Mapped[int] = mapped_column(Integer)
+    data: Mapped[dict[str, Any]]
 
 
 class ServerIdentity(Base):
