@@ -172,3 +172,13 @@ def test_a_cpu_torch_training_loop_reports_through_the_library(tmp_path: Path) -
     assert report["step_time_s"] is not None and report["samples_per_s"] is not None
     assert report["mfu"] is not None and 0 < report["mfu"] < 1  # against the rented T4
     assert report["data_wait_ratio"] is not None and 0 <= report["data_wait_ratio"] <= 1
+
+
+def test_only_the_nodes_first_process_reports(tmp_path: Path) -> None:
+    code = "from gpulease.train import report_step; report_step(3)"
+    for local_rank, written in (("1", False), ("0", True)):
+        path = tmp_path / f"train-{local_rank}.json"
+        env = {**os.environ, "GPULEASE_TRAIN_STATS_FILE": str(path), "LOCAL_RANK": local_rank}
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+        assert path.exists() is written
+    assert _read(tmp_path / "train-0.json")["step"] == 3

@@ -64,6 +64,7 @@ class TrainStats:
         self.checkpoint_at: float | None = None
         self.timer: StepTimer | None = None
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one write at a time: an older report never wins
         self._since = monotonic()  # the start of the current report window
         self._last_write: float | None = None
         self._window = [0, 0, 0, 0.0]  # steps, samples, tokens, data-wait seconds
@@ -130,7 +131,8 @@ class TrainStats:
         if self.path is None or data["step"] is None:
             return
         try:
-            write_atomic(self.path, json.dumps(data) + "\n", durable=False)
+            with self._write_lock:
+                write_atomic(self.path, json.dumps(data) + "\n", durable=False)
         except Exception as exc:  # never fail the job over a report
             if not self._failed:
                 self._failed = True
@@ -180,11 +182,14 @@ _default_lock = threading.Lock()
 
 def train_stats() -> TrainStats:
     """This process's reporter: writes to ``$GPULEASE_TRAIN_STATS_FILE`` (the agent sets it on
-    every node; outside a gpulease task there is none and nothing is written).
+    every node; outside a gpulease task there is none and nothing is written) from the node's
+    first process only (``$LOCAL_RANK`` unset or 0: torchrun starts one per GPU, and they would
+    overwrite each other's reports).
     ``StepTimer``, ``CheckpointManager`` and ``ResumableLoader`` report to it by themselves."""
     with _default_lock:
         if not _default:
-            stats = TrainStats(os.environ.get(FILE_ENV) or None)
+            first = os.environ.get("LOCAL_RANK", "0").strip() in ("", "0")
+            stats = TrainStats((os.environ.get(FILE_ENV) or None) if first else None)
             if stats.enabled:
                 atexit.register(stats.flush)  # the last steps of the run are reported too
             _default.append(stats)
