@@ -38,13 +38,15 @@ class ScriptedAgents:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
     asked: list[tuple[str, float | None]] = field(default_factory=list)
+    interval_s: float | None = None  # the agents' sampling period, as they report it
 
     def metrics(self, node: NodeRef, since: float | None) -> Mapping[str, Any]:
         self.asked.append((node.instance_id, since))
         if node.instance_id in self.down:
             raise AgentUnavailable("no answer from the agent")
         held = self.samples.get(node.instance_id, [])
-        return {"samples": [s for s in held if since is None or s["at"] > since]}
+        fresh = [s for s in held if since is None or s["at"] > since]
+        return {"interval_s": self.interval_s, "samples": fresh}
 
 
 def _cluster(engine: Engine, clock: VirtualClock, name: str, nodes: int = 2) -> int:
@@ -217,6 +219,19 @@ def test_the_rendered_text_has_the_documented_series_and_drops_stale_nodes(
     relay_hist = families["gpulease_telemetry_relay_seconds"].samples
     assert any(s.name.endswith("_count") and s.value == 1.0 for s in relay_hist)
     assert cluster_id > 0
+
+
+def test_a_node_sampled_slowly_stays_for_three_of_its_own_periods(engine: Engine) -> None:
+    clock = VirtualClock(T0 + 11)
+    _cluster(engine, clock, "c1", nodes=1)
+    agents = ScriptedAgents(interval_s=20.0)  # the agent samples every 20 s: 60 s of grace
+    agents.samples["c1-0"] = [sample(T0 - 25, 10)]
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    assert b'gpulease_gpu_utilization_percent{cluster="c1"' in relay.metrics.text()
+    clock.advance(30)
+    relay.run_pass()
+    assert b'gpulease_gpu_utilization_percent{cluster="c1"' not in relay.metrics.text()
 
 
 def _id(engine: Engine, name: str) -> int:

@@ -199,7 +199,9 @@ class Relay:
             return []
         if self._active(node, track, samples):
             active.add(node.labels.cluster_id)
-        self.latest.put(*node.key, samples[-1])
+        period = answer.get("interval_s")
+        period = float(period) if isinstance(period, int | float) and period > 0 else None
+        self.latest.put(*node.key, samples[-1], period)
         self._relayed += len(samples)
         return self._fold(node, track, samples)
 
