@@ -155,7 +155,7 @@ def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
     for _ in range(6):
         relay.run_pass()
         clock.advance(10)
-    warnings = [r for r in caplog.records if "does not answer" in r.getMessage()]
+    warnings = [r for r in caplog.records if "no answer" in r.getMessage()]
     assert len(warnings) == 1 and "c1/1" in warnings[0].getMessage()
     tries = [i for i, _ in agents.asked if i == "c1-1"]
     assert 1 < len(tries) < 6  # backing off: not asked on every pass
@@ -163,8 +163,22 @@ def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
     agents.down.clear()
     clock.advance(600)
     relay.run_pass()
-    assert any("answers again" in r.getMessage() for r in caplog.records)
+    assert any("relayed again" in r.getMessage() for r in caplog.records)
     assert {k[0] for k in _points(engine)} == {0, 1}
+
+
+def test_a_node_sending_what_cannot_be_read_backs_off_alone(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = VirtualClock(T0)
+    _cluster(engine, clock, "c1")
+    agents = ScriptedAgents()
+    agents.samples["c1-0"] = [sample(T0, 40)]
+    agents.samples["c1-1"] = [{"at": T0, "gpus": 5}]  # not a list of GPUs
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    assert set(_points(engine)) == {(0, 10, T0), (0, 60, T0 - 20)}
+    assert any("c1/1" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
 
 
 def test_a_pass_whose_write_fails_is_pulled_again(engine: Engine) -> None:

@@ -140,7 +140,10 @@ class Relay:
         rows: list[PointRow] = []
         active: set[int] = set()
         for node in nodes:
-            rows.extend(self._pull(node, active))
+            try:
+                rows.extend(self._pull(node, active))
+            except Exception as exc:  # a sample this code cannot fold: that node backs off
+                self._failed(node, self._tracks[node.key], exc, self.clock.now(), "failed")
         now = self.clock.now()
         try:
             self._write(rows, active, now)
@@ -210,7 +213,7 @@ class Relay:
             self._failed(node, track, exc, now)
             return []
         if track.failures:
-            log.info("telemetry: node %s answers again", _name(node))
+            log.info("telemetry: node %s: relayed again", _name(node))
             track.failures, track.retry_at = 0, float("-inf")
         if not samples:
             return []
@@ -223,14 +226,16 @@ class Relay:
         self._relayed += len(samples)
         return self._fold(node, track, samples)
 
-    def _failed(self, node: LiveNode, track: _Track, exc: Exception, now: float) -> None:
+    def _failed(
+        self, node: LiveNode, track: _Track, exc: Exception, now: float, what: str = "no answer"
+    ) -> None:
         track.failures += 1
         base = self.settings.interval_s
         track.retry_at = now + backoff_delay(track.failures, base=base, cap=30 * base,
                                              rng=self.rng)  # fmt: skip
         if track.failures == 1:
-            log.warning("telemetry: node %s does not answer (%s: %s); retrying with backoff",
-                        _name(node), type(exc).__name__, exc)  # fmt: skip
+            log.warning("telemetry: node %s: %s (%s: %s); retrying with backoff", _name(node),
+                        what, type(exc).__name__, exc)  # fmt: skip
 
     def _active(
         self, node: LiveNode, track: _Track, samples: Sequence[Mapping[str, Any]], after: float
