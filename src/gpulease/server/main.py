@@ -1,10 +1,11 @@
 """``python -m gpulease.server run [--host H] [--port P]``: the server process.
 
 Start-up: take ``<home>/server.lock`` (one server per home; a second exits with code 3), open and
-migrate the state DB, build the providers, the agent connector and the reconcile loop, bind the
-port (``--port 0``: any free one), write ``<home>/server.json`` (``pid``, ``host``, ``port``,
-``url``) for the client, serve the API with uvicorn until SIGTERM / SIGINT / ``POST
-/v1/server/shutdown``, then stop the loop and remove ``server.json``. Clusters keep running while
+migrate the state DB, build the providers, the agent connector, the reconcile loop and the
+telemetry relay (its own thread, :mod:`gpulease.server.telemetry.relay`), bind the port
+(``--port 0``: any free one), write ``<home>/server.json`` (``pid``, ``host``, ``port``, ``url``)
+for the client, serve the API with uvicorn until SIGTERM / SIGINT / ``POST /v1/server/shutdown``,
+then stop the loops and remove ``server.json``. Clusters keep running while
 the server is away; the next server resumes them from the DB.
 """
 
@@ -48,6 +49,9 @@ from gpulease.server.metrics import (
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
+from gpulease.server.telemetry.prom import RelayedMetrics
+from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
 from gpulease.state import open_database, server_owner_id, session_scope
 
 log = logging.getLogger("gpulease.server")
@@ -116,6 +120,7 @@ class _Parts:
     agents: HttpAgents
     loop: LoopThread
     app: FastAPI
+    relay: RelayThread | None = None
     server: uvicorn.Server | None = None
 
 
@@ -138,7 +143,13 @@ def _assemble(home: Path) -> _Parts:
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
     collector = ControlPlaneCollector(engine, pass_times=loop.times)
-    metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg))
+    telemetry = telemetry_settings(cfg)
+    latest, relayed = LatestSamples(), RelayedMetrics(telemetry.interval_s)
+    metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg),
+                              sources=(relayed.text,))  # fmt: skip
+    reader = TelemetryReader(engine, telemetry, latest, clock=clock)
+    parts.relay = RelayThread(Relay(engine, HttpMetrics(agents), telemetry, clock=clock,
+                                    latest=latest, metrics=relayed))  # fmt: skip
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -151,6 +162,7 @@ def _assemble(home: Path) -> _Parts:
         shutdown=shutdown,
         jobs=jobs,
         metrics=metrics,
+        telemetry=reader,
     )
     return parts
 
@@ -182,6 +194,8 @@ def serve(host: str, port: int) -> int:
     parts.server = uvicorn.Server(config_)
     _exit_cleanly_on_signals(parts)
     parts.loop.start()
+    if parts.relay is not None:
+        parts.relay.start()
     url = f"http://{host}:{bound}"
     _write_info(home, {"pid": os.getpid(), "host": host, "port": bound, "url": url,
                        "started_at": time.time()})  # fmt: skip
@@ -189,6 +203,8 @@ def serve(host: str, port: int) -> int:
     try:
         parts.server.run(sockets=[sock])
     finally:
+        if parts.relay is not None:
+            parts.relay.stop()
         parts.loop.stop()
         parts.agents.close()
         _remove_info(home)
