@@ -49,6 +49,15 @@ def status(
     _table(clusters)
 
 
+def _autostop(auto: dict[str, Any]) -> str:
+    """``30 min``, ``30 min (down)``, ``30 min, GPU<5%``, or ``-``."""
+    if auto["minutes"] is None:
+        return "-"
+    below = auto.get("gpu_utilisation_below")
+    rule = f", GPU<{below:g}%" if below is not None else ""
+    return f"{auto['minutes']} min{rule}{' (down)' * auto['down']}"
+
+
 def _table(clusters: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
@@ -65,7 +74,7 @@ def _table(clusters: list[dict[str, Any]]) -> None:
             "/".join(p for p in (c["provider"], c["region"]) if p),
             f"{c['num_nodes']}× {c['instance_type'] or '-'}",
             "-" if price is None else f"{price:,.2f}",
-            "-" if auto["minutes"] is None else f"{auto['minutes']} min{' (down)' * auto['down']}",
+            _autostop(auto),
             _age(now - c["created_at"]),
             "; ".join(f"{f['region']}: {f['error'][:60]}" for f in c["failover_history"]) or "-",
         )
