@@ -42,10 +42,10 @@ def status(
     """Clusters: status, where, nodes, price, GPU utilisation, autostop, failovers."""
     with client() as api:
         clusters = [api.cluster(n) for n in names] if names else api.clusters()
-        if any(c["status"] == "running" for c in clusters):
-            gpus = gpu_utilisation_by_cluster(api)
-            for c in clusters:
-                c["gpu_utilization_pct"] = gpus.get(c["name"]) if c["status"] == "running" else None
+        running = any(c["status"] == "running" for c in clusters)
+        gpus = gpu_utilisation_by_cluster(api) if running else {}
+        for c in clusters:  # the running ones' mean GPU utilisation (None: no telemetry)
+            c["gpu_utilization_pct"] = gpus.get(c["name"]) if c["status"] == "running" else None
     if as_json:
         print_json({"clusters": clusters})
         return
