@@ -1,4 +1,5 @@
-"""Builds a :class:`Snapshot` of one cluster: its rows (read in a short transaction), the
+"""Builds a :class:`Snapshot` of one cluster: its rows (read in a short transaction; for a
+running cluster with autostop's load rule also when its GPU telemetry was last seen), the
 instances its providers list by tag (asked only in statuses that need them), and one poll of each
 node's agent (only while the cluster provisions, sets up, runs or starts). Moves no states.
 
