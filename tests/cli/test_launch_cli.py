@@ -85,7 +85,8 @@ def test_detached_launch_then_logs_follow_returns_the_task_exit_code(
     followed = _ok(user("logs", "fails", "-f"), 3)
     assert followed.stdout == "out\n"
     data = json.loads(_ok(user("status", "fails", "--json")).stdout)["clusters"][0]
-    assert data["status"] == "failed" and data["autostop"] == {"minutes": 30, "down": True}
+    assert data["status"] == "failed" and data["autostop"] == {
+        "minutes": 30, "down": True, "gpu_utilisation_below": None}  # fmt: skip
     assert "fails: stop after 5 idle min" in _ok(user("autostop", "fails", "-i", "5")).stdout
     _ok(user("down", "fails"))
 

@@ -138,10 +138,32 @@ def test_status_changes_follow_the_machine(http: TestClient) -> None:
 def test_autostop_is_set_and_cleared(http: TestClient) -> None:
     http.post("/v1/clusters", json={"task": task_body("true", name="auto")})
     view = http.post("/v1/clusters/auto/autostop", json={"minutes": 10, "down": True}).json()
-    assert view["autostop"] == {"minutes": 10, "down": True}
+    assert view["autostop"] == {"minutes": 10, "down": True, "gpu_utilisation_below": None}
     view = http.post("/v1/clusters/auto/autostop", json={"minutes": None}).json()
-    assert view["autostop"] == {"minutes": None, "down": False}
+    assert view["autostop"] == {"minutes": None, "down": False, "gpu_utilisation_below": None}
     assert http.post("/v1/clusters/auto/autostop", json={"minutes": -1}).status_code == 422
+
+
+def test_the_tasks_autostop_is_stored_and_launch_i_and_down_override_it(
+    http: TestClient,
+) -> None:
+    rule = {"idle_minutes": 30, "down": True, "gpu_utilization_below": 5}
+    task = {**task_body("true", name="a1"), "resources": {"providers": ["local"], "autostop": rule}}
+    view = http.post("/v1/clusters", json={"task": task}).json()
+    assert view["autostop"] == {"minutes": 30, "down": True, "gpu_utilisation_below": 5.0}
+    body = {"task": {**task, "name": "a2"}, "autostop_minutes": 2, "down": False}
+    view = http.post("/v1/clusters", json=body).json()
+    assert view["autostop"] == {"minutes": 2, "down": False, "gpu_utilisation_below": 5.0}
+    plain = {
+        **task_body("true", name="a3"),
+        "resources": {"providers": ["local"], "autostop": True},
+    }
+    view = http.post("/v1/clusters", json={"task": plain}).json()
+    assert view["autostop"] == {"minutes": 5, "down": False, "gpu_utilisation_below": None}
+    bad = {**task_body("true", name="a4"), "resources": {"autostop": {"idle_minutes": "x"}}}
+    response = http.post("/v1/clusters", json={"task": bad})
+    assert response.status_code == 422
+    assert "resources.autostop.idle_minutes" in response.json()["error"]["message"]
 
 
 def test_logs_of_a_cluster_without_nodes_are_empty_with_its_status(http: TestClient) -> None:

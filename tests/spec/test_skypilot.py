@@ -147,7 +147,6 @@ def test_infra_strings(infra: str, providers: list[str] | None, regions: list[st
         ("ports", "[8080, 8081]"),
         ("labels", "{team: ml}"),
         ("accelerator_args", "{tpu_vm: true}"),
-        ("autostop", "10"),
         ("priority", "5"),
         ("_cluster_config_overrides", "{}"),
     ],

@@ -1,5 +1,6 @@
-"""Cluster commands, all through the server: ``status``, ``logs``, ``exec``, ``down``, ``stop``,
-``start``, ``autostop`` and ``check``."""
+"""Cluster commands, all through the server: ``status`` (with each running cluster's mean GPU
+utilisation, from the relayed telemetry), ``logs``, ``exec``, ``down``, ``stop``, ``start``,
+``autostop`` and ``check``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 
 from gpulease.cli.follow import client, follow, say
 from gpulease.cli.output import console, print_json
+from gpulease.cli.top_cmd import gpu_utilisation_by_cluster
 
 Name = Annotated[str, typer.Argument(help="Cluster name.")]
 Rank = Annotated[int, typer.Option("--rank", "-r", min=0, help="Which node (0 = the head).")]
@@ -37,9 +39,13 @@ def status(
     names: Annotated[list[str] | None, typer.Argument(help="Only these clusters.")] = None,
     as_json: Json = False,
 ) -> None:
-    """Clusters: status, where, nodes, price, autostop, failovers."""
+    """Clusters: status, where, nodes, price, GPU utilisation, autostop, failovers."""
     with client() as api:
         clusters = [api.cluster(n) for n in names] if names else api.clusters()
+        running = any(c["status"] == "running" for c in clusters)
+        gpus = gpu_utilisation_by_cluster(api) if running else {}
+        for c in clusters:  # the running ones' mean GPU utilisation (None: no telemetry)
+            c["gpu_utilization_pct"] = gpus.get(c["name"]) if c["status"] == "running" else None
     if as_json:
         print_json({"clusters": clusters})
         return
@@ -49,11 +55,21 @@ def status(
     _table(clusters)
 
 
+def _autostop(auto: dict[str, Any]) -> str:
+    """``30 min``, ``30 min (down)``, ``30 min, GPU<5%``, or ``-``."""
+    if auto["minutes"] is None:
+        return "-"
+    below = auto.get("gpu_utilisation_below")
+    rule = f", GPU<{below:g}%" if below is not None else ""
+    return f"{auto['minutes']} min{rule}{' (down)' * auto['down']}"
+
+
 def _table(clusters: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "STATUS", "WHERE", "NODES", "$/H", "AUTOSTOP", "AGE", "FAILOVERS"):
+    columns = ("NAME", "STATUS", "WHERE", "NODES", "$/H", "GPU", "AUTOSTOP", "AGE", "FAILOVERS")
+    for column in columns:
         table.add_column(column)
     now = time.time()
     for c in clusters:
@@ -65,7 +81,8 @@ def _table(clusters: list[dict[str, Any]]) -> None:
             "/".join(p for p in (c["provider"], c["region"]) if p),
             f"{c['num_nodes']}× {c['instance_type'] or '-'}",
             "-" if price is None else f"{price:,.2f}",
-            "-" if auto["minutes"] is None else f"{auto['minutes']} min{' (down)' * auto['down']}",
+            "-" if (util := c.get("gpu_utilization_pct")) is None else f"{util:.0f}%",
+            _autostop(auto),
             _age(now - c["created_at"]),
             "; ".join(f"{f['region']}: {f['error'][:60]}" for f in c["failover_history"]) or "-",
         )

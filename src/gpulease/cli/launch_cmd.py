@@ -39,11 +39,20 @@ def launch(
     ] = False,
     idle_minutes: Annotated[
         int | None,
-        typer.Option("--idle-minutes-to-autostop", "-i", min=0, help="Autostop after N idle min."),
+        typer.Option(
+            "--idle-minutes-to-autostop",
+            "-i",
+            min=0,
+            help="Autostop after N idle min (overrides the task's resources.autostop).",
+        ),
     ] = None,
     down: Annotated[
-        bool, typer.Option("--down", help="With -i: terminate instead of stopping.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--down/--no-down",
+            help="Autostop terminates instead of stopping (default: the task's autostop.down).",
+        ),
+    ] = None,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
 ) -> None:

@@ -26,6 +26,7 @@ from gpulease.cli import (
     server_cmd,
     spot_cmd,
     ssh_cmd,
+    top_cmd,
 )
 
 # A CLI process loads no pydantic plugins: their entry-point scan slows every command's start.
@@ -45,6 +46,7 @@ app.command("estimate")(estimate_cmd.estimate)
 app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
 app.command("ssh")(ssh_cmd.ssh)
+app.command("top")(top_cmd.top)
 app.command("spot-sim")(spot_cmd.spot_sim)
 app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")

@@ -84,7 +84,7 @@ class Client:
         name: str | None = None,
         workdir: str | None = None,
         autostop_minutes: int | None = None,
-        down: bool = False,
+        down: bool | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
@@ -93,7 +93,8 @@ class Client:
         from the current directory. ``envs`` (like ``--env``) win over the task's; an env a
         mapping lists without a value takes it from ``environ`` (e.g. ``os.environ``; default:
         nowhere) or the launch is refused (:class:`~gpulease.errors.SpecError`). The view has
-        ``warnings``: the fields read but not honoured."""
+        ``warnings``: the fields read but not honoured. ``autostop_minutes`` and ``down`` (None:
+        the task's) override the task's ``resources.autostop``."""
         prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
         body = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
                 "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip

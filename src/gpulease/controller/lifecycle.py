@@ -3,6 +3,10 @@ SETTING_UP, and TERMINATING → TERMINATED.
 
 - SUCCEEDED / FAILED: idle (the task finished) for ``autostop_minutes`` since the last activity →
   STOPPING, or TERMINATING with ``autostop_down`` or when the provider cannot stop instances.
+- RUNNING with the load rule (``autostop_gpu_below``): GPUs below it for ``autostop_minutes`` —
+  idle since the latest of ``gpu_active_at`` (the telemetry relay's stamp), entering RUNNING and
+  the last activity — → STOPPING (TERMINATING as above), while the relay's GPU telemetry is
+  fresh; a cluster without GPU telemetry is never stopped by the rule (unknown counts as busy).
 - STOPPING: READY nodes → STOPPING and ``provider.stop``; STOPPED once the provider lists them
   stopped; nodes that cannot be stopped are terminated. All stopped → STOPPED.
 - STARTING: STOPPED nodes → STARTING and ``provider.start``; READY when the agent answers (its
@@ -44,6 +48,31 @@ def resting(snap: Snapshot) -> list[Action]:
     if snap.now - since < cluster.autostop_minutes * 60.0:
         return []
     why = f"autostop: idle for {cluster.autostop_minutes} min"
+    if cluster.autostop_down or not snap.can_stop:
+        return [SetCluster(ClusterStatus.TERMINATING, why)]
+    return [SetCluster(ClusterStatus.STOPPING, why)]
+
+
+TELEMETRY_FRESH_S = 300.0
+"""The load rule acts only while the newest GPU telemetry is at most this old: a relay that
+stopped, or an agent that stopped answering, says nothing about the GPUs' load."""
+
+
+def gpu_idle(snap: Snapshot) -> list[Action]:
+    """RUNNING: the load rule, when set — stop (or down) a cluster whose GPUs stayed below
+    ``autostop_gpu_below`` % for ``autostop_minutes``."""
+    cluster = snap.cluster
+    minutes, below = cluster.autostop_minutes, cluster.autostop_gpu_below
+    if minutes is None or below is None or cluster.status is not ClusterStatus.RUNNING:
+        return []
+    seen = cluster.gpu_seen_at
+    if seen is None or snap.now - seen > TELEMETRY_FRESH_S:
+        return []
+    marks = (cluster.gpu_active_at, cluster.status_changed_at, cluster.last_activity_at)
+    since = max(mark for mark in marks if mark is not None)
+    if snap.now - since < minutes * 60.0:
+        return []
+    why = f"autostop: GPUs below {below:g}% for {minutes} min"
     if cluster.autostop_down or not snap.can_stop:
         return [SetCluster(ClusterStatus.TERMINATING, why)]
     return [SetCluster(ClusterStatus.STOPPING, why)]

@@ -1,4 +1,5 @@
-"""Builds a :class:`Snapshot` of one cluster: its rows (read in a short transaction), the
+"""Builds a :class:`Snapshot` of one cluster: its rows (read in a short transaction; for a
+running cluster with autostop's load rule also when its GPU telemetry was last seen), the
 instances its providers list by tag (asked only in statuses that need them), and one poll of each
 node's agent (only while the cluster provisions, sets up, runs or starts). Moves no states.
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from gpulease.controller.ports import AgentConnector, AgentReport, Liveness, NodeRef
 from gpulease.controller.snapshot import ClusterView, IntentView, NodeView, Snapshot
@@ -24,13 +27,14 @@ from gpulease.providers.base import (
     SupportsStopStart,
 )
 from gpulease.state import ClusterStatus, NodeState, get_cluster, list_nodes, session_scope
-from gpulease.state.models import LaunchIntent
+from gpulease.state.models import LaunchIntent, TelemetryPoint
 
 log = logging.getLogger("gpulease.controller")
 
 _S = ClusterStatus
 _LIST_ALWAYS = frozenset({_S.PROVISIONING, _S.SETTING_UP, _S.STOPPING, _S.STARTING, _S.TERMINATING})
 _POLL_CLUSTER = frozenset({_S.PROVISIONING, _S.SETTING_UP, _S.RUNNING, _S.STARTING})
+_NEWEST_POINTS = 8  # nodes × resolutions looked at for a bucket with GPU samples
 _POLL_NODE = frozenset(
     {NodeState.PROVISIONING, NodeState.READY, NodeState.LOST, NodeState.STARTING}
 )
@@ -44,11 +48,29 @@ def read_views(
         if row is None:
             return None
         intents = sorted(row.intents, key=lambda i: i.id)
+        view = ClusterView.of(row)
+        if view.status is _S.RUNNING and view.autostop_gpu_below is not None:
+            view = replace(view, gpu_seen_at=gpu_seen_at(session, cluster_id))
         return (
-            ClusterView.of(row),
+            view,
             tuple(NodeView.of(n) for n in list_nodes(session, cluster_id)),
             tuple(IntentView.of(i) for i in intents if isinstance(i, LaunchIntent)),
         )
+
+
+def gpu_seen_at(session: Session, cluster_id: int) -> float | None:
+    """The end of the newest telemetry bucket of the cluster that has GPU samples (what the
+    load rule needs to know the GPUs report at all), or None."""
+    stmt = (
+        select(TelemetryPoint.at, TelemetryPoint.resolution_s, TelemetryPoint.data)
+        .where(TelemetryPoint.cluster_id == cluster_id)
+        .order_by(TelemetryPoint.at.desc())
+        .limit(_NEWEST_POINTS)
+    )
+    for at, resolution_s, data in session.execute(stmt):
+        if isinstance(data, dict) and data.get("gpus"):
+            return float(at) + float(resolution_s)
+    return None
 
 
 class Observer:

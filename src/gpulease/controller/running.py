@@ -11,7 +11,8 @@ liveness.
   by task id and attempt); RUNNING once every node's task has started; FAILED at once when a
   node's task fails.
 - RUNNING: SUCCEEDED when every node's task succeeded; FAILED when any failed, was cancelled or
-  preempted (the other nodes' tasks are cancelled). Exit codes are recorded per node.
+  preempted (the other nodes' tasks are cancelled). Exit codes are recorded per node. Otherwise
+  autostop's load rule (:func:`~gpulease.controller.lifecycle.gpu_idle`) may stop it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gpulease.controller.actions import (
     SubmitTask,
 )
 from gpulease.controller.document import node_task
+from gpulease.controller.lifecycle import gpu_idle
 from gpulease.controller.ports import Liveness
 from gpulease.controller.rules import (
     ReconcileConfig,
@@ -199,7 +201,7 @@ def running(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
     if nodes and all(s is TaskState.SUCCEEDED for s in states):
         why = "the task succeeded on every node"
         return [*actions, *_finish(snap, nodes, ClusterStatus.SUCCEEDED, why)]
-    return actions
+    return actions + gpu_idle(snap)
 
 
 def fail_running(snap: Snapshot, why: str) -> list[Action]:

@@ -34,6 +34,9 @@ class ClusterView:
     autostop_minutes: int | None
     autostop_down: bool
     last_activity_at: float | None
+    autostop_gpu_below: float | None = None  # the load rule's threshold (percent), if set
+    gpu_active_at: float | None = None  # the relay last saw a GPU at/above it, or train progress
+    gpu_seen_at: float | None = None  # the end of the newest telemetry bucket with GPU samples
 
     @property
     def task_id(self) -> str:
@@ -53,6 +56,8 @@ class ClusterView:
             autostop_minutes=row.autostop_minutes,
             autostop_down=row.autostop_down,
             last_activity_at=row.last_activity_at,
+            autostop_gpu_below=row.autostop_gpu_below,
+            gpu_active_at=row.gpu_active_at,
         )
 
 

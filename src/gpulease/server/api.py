@@ -39,7 +39,7 @@ class LaunchBody(_Body):
     name: str | None = None
     workdir: str | None = None
     autostop_minutes: int | None = Field(default=None, ge=0)
-    down: bool = False
+    down: bool | None = None  # None: the task's resources.autostop.down
 
 
 class JobLaunchBody(_Body):

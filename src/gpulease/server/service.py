@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
@@ -75,6 +76,15 @@ def check_name(name: str | None) -> str:
     return name
 
 
+@dataclass(frozen=True, slots=True)
+class _AutostopRule:
+    """A new cluster's autostop: idle minutes (None: off), down, and the load rule's %."""
+
+    minutes: int | None
+    down: bool
+    gpu_below: float | None
+
+
 class ClusterService:
     def __init__(
         self,
@@ -106,16 +116,25 @@ class ClusterService:
         name: str | None = None,
         workdir: str | None = None,
         autostop_minutes: int | None = None,
-        down: bool = False,
+        down: bool | None = None,
     ) -> dict[str, Any]:
+        """Plan and write a new cluster. ``autostop_minutes`` / ``down`` (``launch -i N
+        --down``) override the task's ``resources.autostop``; its load rule is kept."""
         taken = take_task(task_data, workdir=workdir)
         name = check_name(name or taken.task.name)
         targets = launch_targets(taken.task, self.catalog(), frozenset(self.providers))
         self.check_files(taken.run.workdir, taken.run.file_mounts, targets)
         doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
+        auto = taken.task.resources.autostop
+        if autostop_minutes is None and auto is not None:
+            autostop_minutes = auto.idle_minutes
+        rule = _AutostopRule(
+            minutes=autostop_minutes,
+            down=down if down is not None else (auto is not None and auto.down),
+            gpu_below=auto.gpu_utilisation_below if auto is not None else None,
+        )
         try:
-            view = self._create(name, targets[0], doc, autostop_minutes=autostop_minutes,
-                                down=down)  # fmt: skip
+            view = self._create(name, targets[0], doc, rule)
         except ClusterExists as exc:
             raise Conflict(f"{exc}: take it down first (gpulease down {name}) or pick another "
                            "--name") from None  # fmt: skip
@@ -140,9 +159,7 @@ class ClusterService:
         name: str,
         target: LaunchTarget,
         doc: LaunchDocument,
-        *,
-        autostop_minutes: int | None,
-        down: bool,
+        rule: _AutostopRule,
     ) -> dict[str, Any]:
         with session_scope(self.engine) as session:
             cluster, _intent = create_cluster(
@@ -153,9 +170,10 @@ class ClusterService:
                 owner=self.owner,
                 actor=ACTOR,
                 now=self.clock.now(),
-                autostop_minutes=autostop_minutes,
-                autostop_down=down,
+                autostop_minutes=rule.minutes,
+                autostop_down=rule.down,
             )
+            cluster.autostop_gpu_below = rule.gpu_below
             return cluster_view(session, cluster)
 
     def catalog(self) -> Any:

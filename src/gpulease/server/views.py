@@ -58,7 +58,12 @@ def cluster_view(
         "price_per_hour": cluster.price_per_hour,
         "created_at": cluster.created_at,
         "status_changed_at": cluster.status_changed_at,
-        "autostop": {"minutes": cluster.autostop_minutes, "down": cluster.autostop_down},
+        "autostop": {
+            "minutes": cluster.autostop_minutes,
+            "down": cluster.autostop_down,
+            "gpu_utilisation_below": cluster.autostop_gpu_below,
+        },
+        "gpu_active_at": cluster.gpu_active_at,
         "last_activity_at": cluster.last_activity_at,
         "failover_history": list(cluster.failover_history),
         "plans": len(doc.plans),

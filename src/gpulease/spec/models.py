@@ -36,6 +36,7 @@ from gpulease.spec.accelerators import (
     format_accelerators,
     parse_accelerators,
 )
+from gpulease.spec.autostop import AutostopField, AutostopSpec
 from gpulease.spec.base import SpecModel as _Model
 from gpulease.spec.fields import (
     CpuArchChoice,
@@ -68,6 +69,7 @@ from gpulease.spec.workload import (
 __all__ = [
     "AcceleratorRequest",
     "Architecture",
+    "AutostopSpec",
     "Candidate",
     "CheckpointSpec",
     "Commitment",
@@ -224,6 +226,9 @@ class Resources(_Model):
     """Pricing commitment to consider: none, 1y or 3y."""
     provider_config: JsonMapping = Field(default_factory=dict)
     """Per-task overrides of provider settings, by provider name."""
+    autostop: AutostopField = None
+    """Stop (or tear down) the cluster when idle: true (after 5 min), 10, 10m or {idle_minutes,
+    down, gpu_utilisation_below}; unset or false: never (gpulease launch -i overrides it)."""
     candidates: list[Candidate] | None = None
     """Ways to run that pair accelerators with providers, regions or zones (SkyPilot's any_of /
     ordered entries with a cloud each): an offer must match one of them; with an ordered

@@ -50,7 +50,6 @@ _IGNORED_RESOURCES = {
     "local_disk": "local disk selection is not supported",
     "ephemeral_storage": "not supported",
     "accelerator_args": "TPU arguments are not supported",
-    "autostop": "autostop is configured on the cluster, not in the task",
     "priority": "not supported",
     "priority_class": "not supported",
     "volumes": "volumes are not supported",
@@ -231,6 +230,8 @@ def _resource_field(
     elif key in ("job_recovery", "spot_recovery"):
         step.skypilot_field(origin)
         step.put(task, (), "job_recovery", _job_recovery(step, value, origin), origin)
+    elif key == "autostop":
+        step.put(out, _RES, key, _autostop(step, value, origin), origin)
     elif key in _IGNORED_RESOURCES or (isinstance(key, str) and key.startswith("_")):
         step.ignore(origin, _IGNORED_RESOURCES.get(key, "internal field"))
     else:
@@ -270,6 +271,34 @@ def _job_recovery(step: Pass, value: Any, origin: Path) -> Any:
         del value["recover_on_exit_codes"]
         step.warn((*origin, "recover_on_exit_codes"), "ignored (not supported)")
     return value
+
+
+_AUTOSTOP_IGNORED = {
+    "wait_for": "gpulease counts idleness from the task and the GPUs' load",
+    "hook": "no hook runs before autostop",
+    "hook_timeout": "no hook runs before autostop",
+}
+
+
+def _autostop(step: Pass, value: Any, origin: Path) -> Any:
+    """SkyPilot's ``{idle_minutes, down, wait_for, hook, hook_timeout}``: the last three are
+    dropped with a warning; ``gpu_utilization_below`` is spelled ``gpu_utilisation_below``; the
+    forms are read by :mod:`gpulease.spec.autostop`."""
+    if not isinstance(value, dict):
+        return value
+    kept = dict(value)
+    if "gpu_utilization_below" in kept:  # the US spelling, kept in errors as the user wrote it
+        spelled = kept.pop("gpu_utilization_below")
+        at = (*_RES, "autostop")
+        step.put(kept, at, "gpu_utilisation_below", spelled, (*origin, "gpu_utilization_below"))
+    for key, why in _AUTOSTOP_IGNORED.items():
+        if key in kept:
+            del kept[key]
+            step.skypilot_field((*origin, key))
+            step.warn(
+                (*origin, key), f"ignored (SkyPilot field that gpulease does not honour: {why})"
+            )
+    return kept
 
 
 # --- accelerator counts ---------------------------------------------------------------------------
