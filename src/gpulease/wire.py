@@ -116,6 +116,11 @@ class NodeTask(_Frozen):
     checkpoint_sync_s: float | None = Field(
         default=None, gt=0.0, le=MAX_SYNC_S, allow_inf_nan=False
     )
+    # each node's agent port, by rank (None: the same port as this node's agent, the providers
+    # that bind one fixed port everywhere); the agents measure their peers' round trip with it
+    agent_ports: tuple[int | None, ...] = ()
+    # the accelerator the cluster rented (a catalog name: T4, H100): GPULEASE_ACCELERATOR
+    accelerator: str | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeTask:
@@ -123,6 +128,10 @@ class NodeTask(_Frozen):
             raise ValueError("node_rank must be below num_nodes")
         if len(self.node_ips) != self.num_nodes:
             raise ValueError("node_ips must list one address per node")
+        if self.agent_ports and len(self.agent_ports) != self.num_nodes:
+            raise ValueError("agent_ports must list one port (or null) per node")
+        if any(p is not None and not 0 < p < 65536 for p in self.agent_ports):
+            raise ValueError("agent_ports: ports are 1-65535")
         bad = [name for name in self.envs if not _ENV_NAME.match(name)]
         if bad:
             raise ValueError(f"not valid environment variable names: {sorted(bad)}")
@@ -141,6 +150,8 @@ class NodeTask(_Frozen):
         node_ips: tuple[str, ...],
         gpus_per_node: int,
         checkpoint: CheckpointSync | None = None,
+        agent_ports: tuple[int | None, ...] = (),
+        accelerator: str | None = None,
     ) -> NodeTask:
         """What node ``rank`` of a cluster running ``run`` runs."""
         ckpt = checkpoint or CheckpointSync()
@@ -158,6 +169,8 @@ class NodeTask(_Frozen):
             checkpoint_dir=ckpt.dir,
             checkpoint_store=ckpt.store,
             checkpoint_sync_s=ckpt.sync_s if ckpt.store else None,
+            agent_ports=agent_ports,
+            accelerator=accelerator,
         )
 
     def digest(self) -> str:
@@ -176,9 +189,14 @@ class NodeTask(_Frozen):
 
     def wire(self) -> dict[str, Any]:
         """The JSON body the agent accepts (the checkpoint-sync fields only when the task
-        syncs, so a body without them is what agents before checkpoint sync accepted)."""
-        exclude = None if self.checkpoint_store else {"checkpoint_store", "checkpoint_sync_s"}
-        return self.model_dump(mode="json", exclude=exclude)
+        syncs, ``agent_ports`` and ``accelerator`` only when known, so a body without them is
+        what older agents accepted)."""
+        exclude = set() if self.checkpoint_store else {"checkpoint_store", "checkpoint_sync_s"}
+        if not self.agent_ports:
+            exclude.add("agent_ports")
+        if self.accelerator is None:
+            exclude.add("accelerator")
+        return self.model_dump(mode="json", exclude=exclude or None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """``python -m gpulease.agent serve …``: parse arguments, bind, write the port file, serve until
 SIGTERM, SIGINT or ``POST /v1/shutdown``; write the heartbeat file and sample the node's
-telemetry (``--metrics-interval``) meanwhile.
+telemetry (``--metrics-interval``: GPUs, host, the job's train figures, the peers' round trips)
+meanwhile.
 
 Start-up is kept light (argparse and the stdlib HTTP server): the agent answers within a few
 hundred milliseconds of its start (see ``docs/agent.md``).
@@ -30,8 +31,10 @@ from gpulease.agent.telemetry import (
     FakeGpuScript,
     GpuSource,
     NvmlSampler,
+    PeerProber,
     SampleRing,
     TelemetrySampler,
+    TrainStatsReader,
 )
 from gpulease.atomic import write_atomic
 from gpulease.clock import SystemClock
@@ -117,6 +120,17 @@ def _telemetry(
     return TelemetrySampler(ring, gpus, SystemClock(), interval_s=args.metrics_interval)
 
 
+def _job_and_peers(agent: Agent, telemetry: TelemetrySampler | None) -> PeerProber | None:
+    """Feed the sampler the job's train figures and the peers' round trips (their prober, run
+    at the sampling interval; None when sampling is off)."""
+    if telemetry is None:
+        return None
+    telemetry.train = TrainStatsReader(agent.train_stats_file).read
+    prober = PeerProber(agent.peer_targets, interval_s=telemetry.interval_s)
+    telemetry.peers = prober.latest
+    return prober
+
+
 def read_token(path: Path) -> bytes:
     """The token file's content, stripped; a warning when others may read the file."""
     token = path.read_bytes().strip()
@@ -142,7 +156,8 @@ def serve(args: argparse.Namespace, telemetry: TelemetrySampler | None = None) -
     )
     agent.telemetry = telemetry
     server = AgentHTTPServer((args.host, args.port), agent, token)
-    port = server.server_address[1]
+    port = agent.port = server.server_address[1]
+    peers = _job_and_peers(agent, telemetry)
     if args.port_file:
         _write_port_file(args.port_file, port)
 
@@ -159,6 +174,8 @@ def serve(args: argparse.Namespace, telemetry: TelemetrySampler | None = None) -
         ImdsPoller(agent.preempt_current).start()
     if telemetry is not None:
         telemetry.start()
+    if peers is not None:
+        peers.start()
     log.info("agent listening on %s:%d, node dir %s", args.host, port, args.node_dir)
     try:
         agent.write_heartbeat()
@@ -167,6 +184,8 @@ def serve(args: argparse.Namespace, telemetry: TelemetrySampler | None = None) -
     finally:
         if telemetry is not None:
             telemetry.stop()
+        if peers is not None:
+            peers.stop()
         server.shutdown()
         server.server_close()
         log.info("agent stopped")

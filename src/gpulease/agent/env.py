@@ -26,6 +26,8 @@ NODE_VARIABLES = (
     "GPULEASE_TASK_ID",
     "GPULEASE_CHECKPOINT_DIR",
     "GPULEASE_PREEMPTION_FILE",
+    "GPULEASE_TRAIN_STATS_FILE",
+    "GPULEASE_ACCELERATOR",
     "GPULEASE_WORK_DIR",
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -35,9 +37,18 @@ NODE_VARIABLES = (
 
 
 def node_env(
-    sub: NodeTask, *, work_dir: Path, checkpoint_dir: Path, preemption_file: Path
+    sub: NodeTask,
+    *,
+    work_dir: Path,
+    checkpoint_dir: Path,
+    preemption_file: Path,
+    train_stats_file: Path | None = None,
 ) -> dict[str, str]:
-    """The variables every node of a task gets (torchrun's names included)."""
+    """The variables every node of a task gets (torchrun's names included). The two files are
+    the agent↔job base protocol (docs/agent.md): the agent touches ``GPULEASE_PREEMPTION_FILE``
+    before its SIGTERM; ``gpulease.train`` writes its figures to ``GPULEASE_TRAIN_STATS_FILE``.
+    ``GPULEASE_ACCELERATOR`` is the accelerator the cluster rented (empty when not known)."""
+    stats = train_stats_file or preemption_file.with_name("train.json")
     return {
         "GPULEASE_NODE_RANK": str(sub.node_rank),
         "GPULEASE_NUM_NODES": str(sub.num_nodes),
@@ -46,6 +57,8 @@ def node_env(
         "GPULEASE_TASK_ID": sub.task_id,
         "GPULEASE_CHECKPOINT_DIR": str(checkpoint_dir),
         "GPULEASE_PREEMPTION_FILE": str(preemption_file),
+        "GPULEASE_TRAIN_STATS_FILE": str(stats),
+        "GPULEASE_ACCELERATOR": sub.accelerator or "",
         "GPULEASE_WORK_DIR": str(work_dir),
         "MASTER_ADDR": sub.node_ips[0],
         "MASTER_PORT": str(sub.effective_master_port()),
@@ -62,6 +75,7 @@ def job_env(
     checkpoint_dir: Path,
     preemption_file: Path,
     venv: Path | None = None,
+    train_stats_file: Path | None = None,
 ) -> dict[str, str]:
     """The job's environment; ``venv`` is the task environment (None: the agent's Python
     environment itself, first on ``PATH``)."""
@@ -74,7 +88,11 @@ def job_env(
     env.update(sub.envs)
     env.update(
         node_env(
-            sub, work_dir=work_dir, checkpoint_dir=checkpoint_dir, preemption_file=preemption_file
+            sub,
+            work_dir=work_dir,
+            checkpoint_dir=checkpoint_dir,
+            preemption_file=preemption_file,
+            train_stats_file=train_stats_file,
         )
     )
     return env

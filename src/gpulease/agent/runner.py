@@ -67,6 +67,11 @@ class TaskPaths:
     def preemption_file(self) -> Path:
         return self.task_dir / "preempted"
 
+    @property
+    def train_stats_file(self) -> Path:
+        """Where ``gpulease.train`` reports its figures (GPULEASE_TRAIN_STATS_FILE)."""
+        return self.task_dir / "train.json"
+
     def exit_file(self, attempt: int, phase: str) -> Path:
         return self.task_dir / f"{attempt}.{phase}.exit"
 

@@ -33,6 +33,7 @@ from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
+from gpulease.agent.telemetry.peers import Peer
 from gpulease.agent.telemetry.sampler import TelemetrySampler, metrics_report
 from gpulease.atomic import write_atomic
 from gpulease.clock import Clock, SystemClock
@@ -86,6 +87,7 @@ class Agent:
         os.chmod(node_dir, 0o700)
         self.staging = Staging(node_dir / "files", max_upload_bytes=max_upload_bytes)
         self.telemetry: TelemetrySampler | None = None  # set by ``serve`` unless sampling is off
+        self.port: int | None = None  # the port it serves on (set by ``serve``)
         self._resume_saved_tasks()
 
     @property
@@ -220,6 +222,28 @@ class Agent:
         """The buffered telemetry samples taken after ``since`` (see :mod:`.telemetry`)."""
         return metrics_report(self.telemetry, since)
 
+    def train_stats_file(self) -> Path | None:
+        """The stats file of the running (else the latest) task: what ``gpulease.train``
+        reports (see :mod:`.telemetry.train`); None without a task."""
+        runner = self._current() or self._latest()
+        return None if runner is None else runner.paths.train_stats_file
+
+    def peer_targets(self) -> list[Peer]:
+        """The other nodes' agents of the running task's cluster (none without a task, or on
+        one node): ``node_ips`` and ``agent_ports`` by rank, this agent's port where the port
+        is not given."""
+        runner = self._current()
+        if runner is None:
+            return []
+        sub = runner.record.submission
+        ports = sub.agent_ports or (None,) * sub.num_nodes
+        peers = []
+        for rank, (host, given) in enumerate(zip(sub.node_ips, ports, strict=True)):
+            port = given or self.port
+            if rank != sub.node_rank and port:
+                peers.append(Peer(rank, host, port))
+        return peers
+
     # ---- uploaded files ---------------------------------------------------------------------
 
     def file_manifest(self, bundle: str) -> dict[str, Any]:
@@ -302,6 +326,7 @@ class Agent:
             checkpoint_dir=paths.checkpoint_dir,
             preemption_file=paths.preemption_file,
             venv=venv,
+            train_stats_file=paths.train_stats_file,
         )
         return TaskRunner(
             record,

@@ -82,8 +82,11 @@ def node_task(
     rank: int,
     node_ips: tuple[str, ...],
     gpus_per_node: int,
+    agent_ports: tuple[int | None, ...] = (),
+    accelerator: str | None = None,
 ) -> NodeTask:
-    """What node ``rank`` runs."""
+    """What node ``rank`` runs (``agent_ports``: the nodes' agent ports, for the peers' round
+    trips; ``accelerator``: the one rented, for the job's MFU)."""
     return NodeTask.for_node(
         doc.run,
         task_id=task_id,
@@ -91,4 +94,6 @@ def node_task(
         node_ips=node_ips,
         gpus_per_node=gpus_per_node,
         checkpoint=doc.checkpoint,
+        agent_ports=agent_ports if any(p is not None for p in agent_ports) else (),
+        accelerator=accelerator,
     )

@@ -97,3 +97,14 @@ def node_ips(snap: Snapshot, nodes: Iterable[NodeView]) -> tuple[str, ...]:
             ip = urlsplit(node.agent_url).hostname
         ips.append(ip or "127.0.0.1")
     return tuple(ips)
+
+
+def agent_ports(nodes: Iterable[NodeView], ips: tuple[str, ...]) -> tuple[int | None, ...]:
+    """Each node's agent port, by rank, where its agent URL is on the node's own address (local,
+    sim, slurm); None where it is not (an SSH tunnel's local end: the node's agent listens on
+    the provider's fixed port, which its peers know as their own)."""
+    ports: list[int | None] = []
+    for node, ip in zip(sorted(nodes, key=lambda n: n.rank), ips, strict=False):
+        url = urlsplit(node.agent_url) if node.agent_url else None
+        ports.append(url.port if url is not None and url.hostname == ip else None)
+    return tuple(ports)

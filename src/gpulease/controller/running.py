@@ -32,7 +32,13 @@ from gpulease.controller.actions import (
 )
 from gpulease.controller.document import node_task
 from gpulease.controller.ports import Liveness
-from gpulease.controller.rules import ReconcileConfig, active_nodes, node_ips, terminate_nodes
+from gpulease.controller.rules import (
+    ReconcileConfig,
+    active_nodes,
+    agent_ports,
+    node_ips,
+    terminate_nodes,
+)
 from gpulease.controller.snapshot import NodeView, Snapshot
 from gpulease.state import ClusterStatus, NodeState
 from gpulease.wire import STARTED, TERMINAL, TaskState
@@ -165,6 +171,7 @@ def setting_up(snap: Snapshot, config: ReconcileConfig) -> list[Action]:
 def _submissions(snap: Snapshot, nodes: Sequence[NodeView]) -> list[Action]:
     cluster = snap.cluster
     ips = node_ips(snap, nodes)
+    ports = agent_ports(nodes, ips) if len(nodes) == len(ips) > 1 else ()
     actions: list[Action] = []
     for node in nodes:
         report = snap.agents.get(node.id)
@@ -178,6 +185,8 @@ def _submissions(snap: Snapshot, nodes: Sequence[NodeView]) -> list[Action]:
             rank=node.rank,
             node_ips=ips,
             gpus_per_node=cluster.target.gpus_per_node,
+            agent_ports=ports,
+            accelerator=cluster.target.accelerator,
         )
         actions.append(SubmitTask(node.id, task))
     return actions

@@ -6,7 +6,9 @@ atomically (optionally async and encrypted); ``on_preemption`` / ``should_stop``
 ``setup_precision`` picks autocast / GradScaler / TF32 for a mode, ``setup_distributed`` joins the
 process group torchrun or the agent describes, and ``StepTimer`` / ``throughput`` report speed
 and MFU against the catalog's dense peak; ``tuned_loader`` is a data loader tuned to the machine
-whose position resumes exactly, and ``export_onnx`` exports a model and checks it with
+whose position resumes exactly; ``train_stats`` / ``report_step`` / ``timed_batches`` tell the
+node's agent the job's figures (step time, throughput, MFU, data-wait share, last checkpoint),
+which those helpers also do by themselves; and ``export_onnx`` exports a model and checks it with
 onnxruntime. Importing this package does not import torch.
 """
 
@@ -23,6 +25,7 @@ from gpulease.train.preemption import (
     on_preemption,
     should_stop,
 )
+from gpulease.train.stats import TrainStats, report_step, timed_batches, train_stats
 from gpulease.train.timer import StepTimer, Throughput, throughput
 
 __all__ = [
@@ -35,13 +38,17 @@ __all__ = [
     "ResumableLoader",
     "StepTimer",
     "Throughput",
+    "TrainStats",
     "cleanup_distributed",
     "exit_preempted",
     "export_onnx",
     "on_preemption",
+    "report_step",
     "setup_distributed",
     "setup_precision",
     "should_stop",
     "throughput",
+    "timed_batches",
+    "train_stats",
     "tuned_loader",
 ]

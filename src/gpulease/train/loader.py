@@ -383,7 +383,9 @@ class ResumableLoader:
         return self._run(self._generation)
 
     def _run(self, generation: int) -> Iterator[Any]:
-        batches = iter(self._dataloader)
+        from gpulease.train.stats import timed_batches
+
+        batches = timed_batches(self._dataloader)  # the wait for each batch: data-wait share
         while True:
             if generation != self._generation:  # checked before taking the newer one's batch
                 raise UserInputError(

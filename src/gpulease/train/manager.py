@@ -27,6 +27,7 @@ from gpulease.storage.manifest import fsync_dir
 from gpulease.storage.writer import CheckpointWriter
 from gpulease.train import crypto, rng
 from gpulease.train.snapshot import HostStager, to_host
+from gpulease.train.stats import train_stats
 
 DIR_ENV = "GPULEASE_CHECKPOINT_DIR"
 KEY_ENV = "GPULEASE_CHECKPOINT_KEY"
@@ -297,6 +298,7 @@ class CheckpointManager:
         if self.remote is not None:
             self.remote.upload(step, self.local.path(step))
         self._prune(step)
+        train_stats().checkpoint(step)  # the node's agent reports the last checkpoint
 
     def _prune(self, just_written: int) -> None:
         kept = 0

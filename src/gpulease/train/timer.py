@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import sys
 import time
@@ -102,7 +103,9 @@ class StepTimer:
     ``num_devices`` (default 1) is how many devices process the counted samples: count each
     process's own batch with the default, or the global batch with ``num_devices=world_size``.
     ``clock`` returns seconds from any fixed origin (default :func:`time.perf_counter`); tests
-    pass a virtual one, e.g. ``VirtualClock().now`` from :mod:`gpulease.clock`.
+    pass a virtual one, e.g. ``VirtualClock().now`` from :mod:`gpulease.clock`. Each step is
+    also reported to the node's agent (:func:`gpulease.train.stats.train_stats`: step time,
+    samples/s, tokens/s, MFU; ``report=False`` keeps this timer to itself).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class StepTimer:
         warmup: int = 2,
         window: int = 100,
         clock: Callable[[], float] = time.perf_counter,
+        report: bool = True,
     ) -> None:
         if warmup < 0:
             raise UserInputError(f"StepTimer(warmup={warmup}): must be >= 0")
@@ -130,6 +134,7 @@ class StepTimer:
         self.precision = precision
         self.warmup = warmup
         self.clock = clock
+        self.report = report
         self.steps_seen = 0
         self._window: deque[tuple[float, int, int]] = deque(maxlen=window)
         self._part: tuple[str | None] | None = None  # resolved once, on the first throughput()
@@ -150,6 +155,10 @@ class StepTimer:
         self.steps_seen += 1
         if self.steps_seen > self.warmup:
             self._window.append((elapsed, samples, tokens))
+        if self.report:
+            from gpulease.train.stats import train_stats
+
+            train_stats().step(samples=samples, tokens=tokens, timer=self)
 
     @property
     def measured(self) -> int:
@@ -329,12 +338,14 @@ def _part_or_detect(accelerator: str | None) -> str | None:
 
 
 def detect_accelerator() -> str | None:
-    """The catalog part of this process's CUDA device, or ``None``: no CUDA, torch not imported
-    (so no GPU in use), or a GPU the catalog has no spec for. Reads the device's memory when its
-    name does not give it."""
+    """The catalog part of this process's CUDA device, else of ``$GPULEASE_ACCELERATOR`` (the
+    accelerator the cluster rented, set by the agent), else ``None``: no CUDA or torch not
+    imported (so no GPU in use) outside a gpulease task, or a GPU the catalog has no spec for.
+    Reads the device's memory when its name does not give it."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():
-        return None
+        rented = os.environ.get("GPULEASE_ACCELERATOR", "").strip()
+        return resolve_accelerator(rented) if rented else None
     name = torch.cuda.get_device_name()
     _, memory_gb = _device_name_parts(name)
     if memory_gb is None:

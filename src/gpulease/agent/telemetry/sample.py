@@ -1,6 +1,7 @@
 """The shape of one telemetry sample: a node's GPUs and host at one instant.
 
-Owns :class:`GpuSample`, :class:`NodeSample` and :class:`Sample`, and their JSON form
+Owns :class:`GpuSample`, :class:`NodeSample`, :class:`PeerRtt` and :class:`Sample`, and their
+JSON form
 (``to_json``), which is what ``GET /v1/metrics`` serves and what the server relays. Field names
 carry their unit (``_pct``, ``_mb``, ``_w``, ``_c``, ``_mhz``, ``_bps``), so the Prometheus names
 built from them later need no table. A figure the source cannot give is ``None`` (JSON ``null``),
@@ -51,17 +52,31 @@ class NodeSample:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerRtt:
+    """The TCP-connect round trip to another node's agent (``rtt_s`` None: no answer within the
+    probe's timeout, or unreachable)."""
+
+    node_rank: int
+    rtt_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One sampling pass: ``at`` is seconds since the epoch on the agent's clock; ``gpu_source``
-    says where the GPU figures came from (``nvml``, ``fake`` or ``none``)."""
+    says where the GPU figures came from (``nvml``, ``fake`` or ``none``); ``train`` is what
+    ``gpulease.train`` last reported (None: nothing recent), ``peers`` the round trips to the
+    cluster's other nodes (empty on one node)."""
 
     at: float
     node: NodeSample
     gpus: tuple[GpuSample, ...] = field(default=())
     gpu_source: str = "none"
+    train: dict[str, Any] | None = None
+    peers: tuple[PeerRtt, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for gpu in data["gpus"]:
             gpu["throttle_reasons"] = list(gpu["throttle_reasons"])
+        data["peers"] = [asdict(p) for p in self.peers]
         return data

@@ -2,20 +2,23 @@
 
 Owns the pass loop and the GPU source's life: ``start`` opens the source (NVML or the fake
 GPUs; a source that cannot open logs "no GPU metrics: <reason>" once and the node is still
-sampled), each pass reads the host and the GPUs at ``clock.now()``, ``stop`` ends the thread and
-closes the source. A pass that raises is logged (once per distinct message) and skipped; the
-thread never dies of it. States: new → running (``start``) → stopped (``stop``).
+sampled), each pass reads the host, the GPUs, the job's train figures (``train``, see
+:mod:`.train`) and the latest peer round trips (``peers``, see :mod:`.peers`; never waited for)
+at ``clock.now()``, ``stop`` ends the thread and closes the source. A pass that raises is
+logged (once per distinct message) and skipped; the thread never dies of it.
+States: new → running (``start``) → stopped (``stop``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpulease.agent.telemetry.host import HostSampler
 from gpulease.agent.telemetry.ring import SampleRing
-from gpulease.agent.telemetry.sample import GpuSample, NodeSample, Sample
+from gpulease.agent.telemetry.sample import GpuSample, NodeSample, PeerRtt, Sample
 from gpulease.clock import Clock
 
 log = logging.getLogger("gpulease.agent.telemetry")
@@ -74,6 +77,8 @@ class TelemetrySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_failure: str | None = None
+        self.train: Callable[[float], dict[str, Any] | None] | None = None  # set by ``serve``
+        self.peers: Callable[[], tuple[PeerRtt, ...]] | None = None
 
     @property
     def gpu_source(self) -> str:
@@ -86,9 +91,21 @@ class TelemetrySampler:
         """One pass: the host, then the GPUs, stamped with the clock; appended to the ring."""
         node = self._host()
         gpus = tuple(self.gpus.sample()) if self.gpu_open else ()
-        sample = Sample(at=self.clock.now(), node=node, gpus=gpus, gpu_source=self.gpu_source)
+        now = self.clock.now()
+        peers = self.peers() if self.peers else ()
+        sample = Sample(at=now, node=node, gpus=gpus, gpu_source=self.gpu_source,
+                        train=self._train(now), peers=peers)  # fmt: skip
         self.ring.append(sample)
         return sample
+
+    def _train(self, now: float) -> dict[str, Any] | None:
+        if self.train is None:
+            return None
+        try:
+            return self.train(now)
+        except Exception as exc:  # the job's file must never cost the node's sample
+            self._log_failure(f"train stats failed: {type(exc).__name__}: {exc}")
+            return None
 
     def _host(self) -> NodeSample:
         try:
