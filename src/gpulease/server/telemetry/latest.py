@@ -36,6 +36,10 @@ class LatestSamples:
         with self._lock:
             self._nodes[(cluster_id, node_rank)] = NodeLatest(cluster_id, node_rank, sample)
 
+    def get(self, key: tuple[int, int]) -> NodeLatest | None:
+        with self._lock:
+            return self._nodes.get(key)
+
     def keep_only(self, keys: Iterable[tuple[int, int]]) -> None:
         """Forget every node not in ``keys``."""
         wanted = set(keys)
