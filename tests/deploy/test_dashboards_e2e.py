@@ -227,3 +227,31 @@ def test_the_dashboard_variables_list_the_cluster_and_the_job(watched: Watched) 
         answer = httpx.get(f"{watched.prometheus}/api/v1/label/{label}/values",
                            params={"match[]": metric}, timeout=10).json()  # fmt: skip
         assert answer["status"] == "success" and expected[name] in answer["data"], (board, answer)
+
+
+@pytest.mark.slow
+def test_the_jobs_train_figures_and_the_peers_round_trip(watched: Watched) -> None:
+    job = f'job_id="{watched.job_id}"'
+
+    def per_node(metric: str) -> dict[str, float]:
+        found = _wait_for(watched, f"{metric}{{{job}}}", count=2)
+        return {s["metric"]["node_rank"]: float(s["value"][1]) for s in found}
+
+    assert all(v >= 20 for v in per_node("gpulease_train_checkpoint_step").values())
+    first = per_node("gpulease_train_step")
+    assert all(v > 0 for v in per_node("gpulease_train_samples_per_second").values())
+    tokens, samples = (
+        per_node("gpulease_train_tokens_per_second"),
+        per_node("gpulease_train_samples_per_second"),
+    )
+    assert all(tokens[r] == pytest.approx(8 * samples[r], rel=0.3) for r in tokens), tokens
+    assert all(0 < v < 1 for v in per_node("gpulease_train_mfu_ratio").values())
+    # each batch sleeps 10 ms before it is handed over: a real share of the step, not all of it
+    assert all(0.05 < v < 0.95 for v in per_node("gpulease_train_data_wait_ratio").values())
+    wait_until(lambda: all(v > first[r] for r, v in per_node("gpulease_train_step").items()),
+               30, "the steps to advance")  # fmt: skip
+
+    rtt = _wait_for(watched, f'gpulease_node_peer_rtt_seconds{{cluster="{watched.cluster}"}}', 2)
+    pairs = {(s["metric"]["node_rank"], s["metric"]["peer_rank"]) for s in rtt}
+    assert pairs == {("0", "1"), ("1", "0")}, rtt
+    assert all(0 < float(s["value"][1]) < 1 for s in rtt), rtt
