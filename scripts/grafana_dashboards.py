@@ -162,7 +162,8 @@ def fleet_rows() -> Rows:
                   (Query("sum by (status) (gpulease_nodes)", "{{status}}"),)),
         ]),
         ("Control plane", [
-            Chart("Launches, failovers, preemptions, recoveries", "Events per window.",
+            Chart("Control-plane events", "Launches, failovers, preemptions, recoveries and "
+                  "restarts per window.",
                   (Query(f"increase(gpulease_launches_total[{RANGE}])", "launches"),
                    Query(f"increase(gpulease_failovers_total[{RANGE}])", "failovers"),
                    Query(f"increase(gpulease_preemptions_total[{RANGE}])", "preemptions"),

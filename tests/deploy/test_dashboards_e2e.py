@@ -28,6 +28,10 @@ from tests.deploy.dashboards import Target, targets, variable_queries
 from tests.server.conftest import ROOT, ServerProcess
 from tests.waiting import wait_until
 
+# one module fixture for every test here: one xdist worker (one cluster, not two), and the
+# worker that runs the other multi-process torch tests, one at a time
+pytestmark = pytest.mark.xdist_group("torch-ddp")
+
 LOAD = {0: 30.0, 1: 70.0}  # fake GPU number → utilisation; node rank r holds GPU r
 CONFIG = """\
 providers:

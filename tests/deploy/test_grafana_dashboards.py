@@ -91,3 +91,12 @@ def test_every_query_parses_as_promql(tmp_path: Path) -> None:
                          text=True, timeout=60, check=False)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(rules)} rules found" in out.stdout
+
+
+def test_the_docs_name_every_panel_and_alert() -> None:
+    docs = (ROOT / "docs" / "grafana.md").read_text()
+    titles = {p["title"] for b in boards().values() for p in b["panels"] if p["type"] != "row"}
+    assert {t for t in titles if f"**{t}**" not in docs} == set()
+    alerts = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    names = {r["alert"] for g in alerts["groups"] for r in g["rules"]}
+    assert {n for n in names if f"`{n}`" not in docs} == set()
