@@ -2,14 +2,17 @@
 process (relay every second), a managed job on a 2-node local cluster with fake T4 GPUs scripted
 at 30 % (node 0) and 70 % (node 1) running a tiny CPU training loop under ``gpulease.train``
 (StepTimer, timed_batches, CheckpointManager), and Debian's Prometheus scraping the server with
-the config ``gpulease metrics prometheus-config`` prints. PromQL returns the scripted
-utilisation per node and the cluster's and the job's $/h as the server quotes them; EVERY query
-of every committed dashboard (``deploy/grafana/*.json``, variables set to this cluster and job)
-returns data, and the dashboards' variable queries list them. One module fixture: one cluster,
-one Prometheus, for every test here."""
+the config ``gpulease metrics prometheus-config`` prints and evaluating
+``deploy/prometheus/alerts.yml``. PromQL returns the scripted utilisation per node and the
+cluster's and the job's $/h as the server quotes them; EVERY query of every committed dashboard
+(``deploy/grafana/*.json``, variables set to this cluster and job) returns data, and the
+dashboards' variable queries list them; every alert rule evaluates without an error on the real
+series, and the idle alert's join picks this cluster. One module fixture: one cluster, one
+Prometheus, for every test here."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -21,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gpulease.providers.base import InstanceState
 from tests.components import require
@@ -32,6 +36,7 @@ from tests.waiting import wait_until
 # worker that runs the other multi-process torch tests, one at a time
 pytestmark = pytest.mark.xdist_group("torch-ddp")
 
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 LOAD = {0: 30.0, 1: 70.0}  # fake GPU number → utilisation; node rank r holds GPU r
 CONFIG = """\
 providers:
@@ -115,8 +120,9 @@ def _prometheus(home: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
     out = subprocess.run([sys.executable, "-m", "gpulease", "metrics", "prometheus-config",
                           "--interval", "1s"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60, check=True)  # fmt: skip
-    config = work / "prometheus.yml"
-    config.write_text(out.stdout)
+    config = work / "prometheus.yml"  # the printed config, plus the alert rules every second
+    rules = f"global:\n  evaluation_interval: 1s\nrule_files:\n  - {json.dumps(str(ALERTS))}\n"
+    config.write_text(out.stdout + rules)
     port = _free_port()
     with open(work / "prometheus.log", "ab") as log:
         proc = subprocess.Popen(
@@ -259,3 +265,28 @@ def test_the_jobs_train_figures_and_the_peers_round_trip(watched: Watched) -> No
     pairs = {(s["metric"]["node_rank"], s["metric"]["peer_rank"]) for s in rtt}
     assert pairs == {("0", "1"), ("1", "0")}, rtt
     assert all(0 < float(s["value"][1]) < 1 for s in rtt), rtt
+
+
+@pytest.mark.slow
+def test_the_alert_rules_evaluate_on_the_real_series(watched: Watched) -> None:
+    def rules() -> list[dict[str, Any]]:
+        answer = httpx.get(f"{watched.prometheus}/api/v1/rules", timeout=10).json()
+        return [r for g in answer["data"]["groups"] for r in g["rules"]]
+
+    names = {r["alert"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]}
+    evaluated = wait_until(
+        lambda: (found := rules()) and all(r["health"] != "unknown" for r in found) and found,
+        30, "every rule to be evaluated",
+    )  # fmt: skip
+    assert {r["name"] for r in evaluated} == names
+    assert [(r["name"], r["lastError"]) for r in evaluated if r["health"] != "ok"] == []
+    # the idle rule's join on real labels: with its thresholds moved (busy 50 %, $0/h) it
+    # selects exactly this cluster, with the job's id
+    idle = next(r for r in evaluated if r["name"] == "GpuleaseGpusIdleWhileBilled")["query"]
+    moved = idle.replace("< 10", "< 60").replace("> 0", ">= 0")
+    assert moved != idle
+    found = watched.query(moved)
+    assert [(s["metric"]["cluster"], s["metric"]["job_id"]) for s in found] == [
+        (watched.cluster, watched.job_id)
+    ], found
+    assert float(found[0]["value"][1]) == pytest.approx((LOAD[0] + LOAD[1]) / 2)
