@@ -274,10 +274,12 @@ def test_the_alert_rules_evaluate_on_the_real_series(watched: Watched) -> None:
         return [r for g in answer["data"]["groups"] for r in g["rules"]]
 
     names = {r["alert"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]}
-    evaluated = wait_until(
-        lambda: (found := rules()) and all(r["health"] != "unknown" for r in found) and found,
-        30, "every rule to be evaluated",
-    )  # fmt: skip
+
+    def evaluated_once() -> list[dict[str, Any]] | None:
+        found = rules()
+        return found if found and all(r["health"] != "unknown" for r in found) else None
+
+    evaluated = wait_until(evaluated_once, 30, "every rule to be evaluated")
     assert {r["name"] for r in evaluated} == names
     assert [(r["name"], r["lastError"]) for r in evaluated if r["health"] != "ok"] == []
     # the idle rule's join on real labels: with its thresholds moved (busy 50 %, $0/h) it
