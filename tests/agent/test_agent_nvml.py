@@ -8,9 +8,11 @@ does not: that a real driver answers the same way (``benchmarks/gpu_check.sh`` o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,3 +87,29 @@ def test_a_failed_init_is_one_line(
     assert all(s["gpus"] == [] and s["node"]["cpu_count"] >= 1 for s in samples)
     log = agent.log_path.read_text()
     assert log.count("no GPU metrics: Driver Not Loaded") == 1 and "Traceback" not in log
+
+
+def test_the_gpu_check_reads_every_gpu_and_names_a_null_figure(
+    fake_nvml_dir: Path, tmp_path: Path
+) -> None:
+    """``benchmarks/gpu/nvml_check.py`` (run by gpu_check.sh where a GPU is lent) against the
+    fake library: device 0 reads in full, device 1 has no power figure → named, exit 1; and
+    with no NVML at all it fails unless ``--allow-none``."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "nvml_check.py"
+    env = {**os.environ, **_env(fake_nvml_dir)}
+    out = tmp_path / "sample.json"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "GPU 0 " in done.stdout and "FAILED: GPU 1: power_w is null" in done.stdout
+    assert "GPU 0: " not in done.stdout.split("FAILED")[1]  # device 0 had every figure
+    assert json.loads(out.read_text())["gpu_source"] == "nvml"
+    for extra, code in (((), 1), (("--allow-none",), 0)):
+        bare = subprocess.run(
+            [sys.executable, str(script), *extra],
+            env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)},  # no libnvidia-ml here
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert bare.returncode == code and "reads no GPU through NVML" in bare.stdout

@@ -8,7 +8,8 @@ Node directory (``--node-dir``), owned by this module::
     work/checkpoints/       the default GPULEASE_CHECKPOINT_DIR (a relative checkpoint_dir is
                             relative to work/)
     tasks/<task_id>/        task.json (the record), task.log (setup + run output, appended),
-                            preempted (the preemption file), <attempt>.<phase>.exit,
+                            preempted (the preemption file), train.json (the job's figures),
+                            <attempt>.<phase>.exit,
                             ckpt-upload/ (the checkpoint sync's scratch dir)
     venvs/                  the default venv root: task environments (see agent.venvs), unless
                             ``serve --venv-root`` names a shared one

@@ -18,6 +18,7 @@ and time. No states beyond those counters.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -183,7 +184,10 @@ def train_stats() -> TrainStats:
     ``StepTimer``, ``CheckpointManager`` and ``ResumableLoader`` report to it by themselves."""
     with _default_lock:
         if not _default:
-            _default.append(TrainStats(os.environ.get(FILE_ENV) or None))
+            stats = TrainStats(os.environ.get(FILE_ENV) or None)
+            if stats.enabled:
+                atexit.register(stats.flush)  # the last steps of the run are reported too
+            _default.append(stats)
         return _default[0]
 
 
@@ -199,10 +203,10 @@ def timed_batches(batches: Iterable[Any], stats: TrainStats | None = None) -> It
     reporter = stats or train_stats()
     source = iter(batches)
     while True:
-        started = time.perf_counter()
+        started = reporter.monotonic()
         try:
             batch = next(source)
         except StopIteration:
             return
-        reporter.data_wait(time.perf_counter() - started)
+        reporter.data_wait(reporter.monotonic() - started)
         yield batch
