@@ -300,6 +300,11 @@ def job_rows() -> Rows:
             Chart("$/h by attempt cluster", "The job's price; a new line is a new attempt.",
                   (Query(f"sum by (cluster) (gpulease_job_price_usd_per_hour{{{job}}})",
                          "{{cluster}}"),), "currencyUSD"),
+            Chart("Checkpoint sync age", "Age of the last checkpoint the agents synced to the "
+                  "job's store, and the alert line (3 × the sync interval).",
+                  (Query(f"gpulease_checkpoint_sync_age_seconds{{{job}}}", "sync age"),
+                   Query(f"3 * gpulease_job_checkpoint_interval_seconds{{{job}}}",
+                         "alert above (3 × interval)")), "s"),
             Chart("Recoveries and restarts (fleet)", "Every managed job's recoveries after "
                   "preemptions and restarts after failures, per window.",
                   (Query(f"increase(gpulease_job_recoveries_total[{RANGE}])", "recoveries"),

@@ -62,7 +62,7 @@ train_stats().interval_s = 1.0  # report every second (the default is 5 s)
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-ckpt = CheckpointManager(dir="checkpoints", keep=2, async_save=False)
+ckpt = CheckpointManager(keep=2, async_save=False)  # $GPULEASE_CHECKPOINT_DIR: the agent syncs it
 timer = StepTimer(flops_per_sample=6 * 9, warmup=1, window=20)
 
 
@@ -159,7 +159,8 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
     try:
         server.start()
         task = {"name": "tiny", "num_nodes": 2, "run": "python train_tiny.py",
-                "resources": {"providers": ["local"], "accelerators": "T4:1"}}  # fmt: skip
+                "resources": {"providers": ["local"], "accelerators": "T4:1"},
+                "checkpoint": {"sync_interval": "2s"}}  # fmt: skip
         job = server.api.job_launch(task, workdir=str(code))
         job_id = int(job["id"])
         view = wait_until(
@@ -292,3 +293,8 @@ def test_the_alert_rules_evaluate_on_the_real_series(watched: Watched) -> None:
         (watched.cluster, watched.job_id)
     ], found
     assert float(found[0]["value"][1]) == pytest.approx((LOAD[0] + LOAD[1]) / 2)
+    # the checkpoint rule's join: with the factor at 0 it selects this job
+    synced = next(r for r in evaluated if r["name"] == "GpuleaseCheckpointNotSynced")["query"]
+    moved = synced.replace("> on (job_id) 3 *", ">= on (job_id) 0 *")
+    assert moved != synced
+    assert [s["metric"]["job_id"] for s in watched.query(moved)] == [watched.job_id]
