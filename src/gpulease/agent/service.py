@@ -364,8 +364,11 @@ def _same_attempt(record: TaskRecord, sub: NodeTask) -> bool:
 
 
 def _brief(record: TaskRecord) -> dict[str, Any]:
-    return {
+    brief: dict[str, Any] = {
         "task_id": record.task_id,
         "attempt": record.submission.attempt,
         "state": record.state.value,
     }
+    if record.checkpoint is not None:  # a task with a checkpoint store: when it last synced
+        brief["checkpoint_synced_at"] = record.checkpoint.get("last_sync_at")
+    return brief

@@ -3,9 +3,11 @@
 Owns :class:`HttpAgents` (the :class:`~gpulease.controller.AgentConnector`: node tokens —
 from the provider when it hands them out, else derived from ``server.key`` — and one cached
 client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, exec, the
-telemetry relay's ``metrics``). On a node whose provider does not share this machine's files
-(``Provider.shares_files`` false), ``submit`` first uploads the task's workdir and file mounts
-(:mod:`gpulease.server.uploads`) and submits the node's paths. Moves no states.
+telemetry relay's ``metrics``; a poll records the task's last checkpoint sync in
+:class:`~gpulease.server.ckpt_syncs.CheckpointSyncs`). On a node whose provider does not share
+this machine's files (``Provider.shares_files`` false), ``submit`` first uploads the task's
+workdir and file mounts (:mod:`gpulease.server.uploads`) and submits the node's paths. Moves no
+states.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpulease import filesync
 from gpulease.agent.client import AgentClient, AgentRequestError, AgentUnavailable
 from gpulease.controller import AgentReport, Liveness, NodeRef
 from gpulease.providers.base import Provider, SupportsNodeToken
+from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.keys import derived_node_token
 from gpulease.server.uploads import Uploader
 from gpulease.state import hash_token
@@ -30,11 +33,18 @@ log = logging.getLogger("gpulease.server")
 
 
 class HttpAgent:
-    """``uploader``: set when the node does not share this machine's files."""
+    """``uploader``: set when the node does not share this machine's files; ``syncs``: where
+    the polls record the task's last checkpoint sync (``/metrics``)."""
 
-    def __init__(self, client: AgentClient, uploader: Uploader | None = None) -> None:
+    def __init__(
+        self,
+        client: AgentClient,
+        uploader: Uploader | None = None,
+        syncs: CheckpointSyncs | None = None,
+    ) -> None:
         self.client = client
         self.uploader = uploader
+        self.syncs = syncs
 
     def poll(self, task_id: str) -> AgentReport:
         try:
@@ -47,6 +57,8 @@ class HttpAgent:
         brief = health.get("task") or {}
         if brief.get("task_id") != task_id:
             return AgentReport(Liveness.ALIVE)
+        if self.syncs is not None and brief.get("checkpoint_synced_at") is not None:
+            self.syncs.record(task_id, brief["checkpoint_synced_at"])
         try:
             state = TaskState(str(brief.get("state")))
         except ValueError:
@@ -108,8 +120,10 @@ class HttpAgents:
         timeout: float = 2.0,
         *,
         file_limit: int = int(filesync.DEFAULT_MAX_MB * 1_000_000),
+        syncs: CheckpointSyncs | None = None,
     ) -> None:
         self.providers = providers
+        self.syncs = syncs or CheckpointSyncs()
         self._key = key
         self._timeout = timeout
         self.uploader = Uploader(file_limit)
@@ -141,7 +155,8 @@ class HttpAgents:
                 client = AgentClient(node.agent_url, token, timeout=self._timeout)
                 provider = self.providers.get(node.provider)
                 shares = provider is not None and provider.shares_files
-                found = self._clients[key] = HttpAgent(client, None if shares else self.uploader)
+                uploader = None if shares else self.uploader
+                found = self._clients[key] = HttpAgent(client, uploader, self.syncs)
             return found
 
     def forget(self, node: NodeRef) -> None:

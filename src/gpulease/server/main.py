@@ -38,6 +38,7 @@ from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
+from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
 from gpulease.server.metrics import (
@@ -46,6 +47,8 @@ from gpulease.server.metrics import (
     metrics_registry,
     open_to_loopback,
 )
+from gpulease.server.metrics_jobs import JobMetricInputs
+from gpulease.server.provider_calls import ProviderCalls
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
@@ -131,10 +134,12 @@ def _assemble(home: Path) -> _Parts:
     with session_scope(engine) as session:
         owner = server_owner_id(session, now=clock.now())
     cfg = config.load_config()
-    providers = build_providers(cfg)
+    calls = ProviderCalls()  # gpulease_provider_api_calls_total
+    providers = build_providers(cfg, calls=calls)
     settings = provider_settings(cfg)
     file_limit = max_bytes(cfg)
-    agents = HttpAgents(providers, server_key(home), file_limit=file_limit)
+    syncs = CheckpointSyncs()
+    agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs)
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
                       jobs=job_loop)  # fmt: skip
@@ -142,7 +147,8 @@ def _assemble(home: Path) -> _Parts:
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
-    collector = ControlPlaneCollector(engine, pass_times=loop.times)
+    inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
+    collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs)
     telemetry = telemetry_settings(cfg)
     latest, relayed = LatestSamples(), RelayedMetrics(telemetry.interval_s)
     metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg),

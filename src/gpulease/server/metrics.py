@@ -4,9 +4,10 @@ Owns :class:`ControlPlaneCollector` (a ``prometheus_client`` custom collector: a
 grouped queries per scrape, no global registry, nothing kept between scrapes),
 :func:`metrics_registry`, :func:`render`, :class:`MetricsEndpoint` and :func:`open_to_loopback`
 (the config key ``server.metrics.open_to_loopback``). The metric names, types and labels are
-fixed in docs/metrics.md. Counters come from the status history (``status_changes``) and the
-job rows, which are never deleted, so they only grow, across server restarts too. Moves no
-states.
+fixed in docs/metrics.md; the jobs' recovery, deadline and checkpoint families and the provider
+call counts are in :mod:`gpulease.server.metrics_jobs`. Counters come from the status history
+(``status_changes``) and the job rows, which are never deleted, so they only grow, across server
+restarts too. Moves no states.
 
 The node and job metrics the agents relay (GPU utilisation, memory, …) are another
 :data:`MetricSource` passed to :func:`render`: a callable returning ready text (rendered once per
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from gpulease import __version__
 from gpulease.errors import Retryable, UserInputError
+from gpulease.server.metrics_jobs import JobMetricInputs, job_families
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
 from gpulease.state import session_scope
 from gpulease.state.machines import ClusterStatus, JobStatus, NodeState
@@ -80,9 +82,11 @@ class ControlPlaneCollector(Collector):
         *,
         pass_times: PassTimes | None = None,
         started_at: float | None = None,
+        jobs: JobMetricInputs | None = None,
     ) -> None:
         self.engine = engine
         self.pass_times = pass_times
+        self.jobs = jobs or JobMetricInputs()
         self.started_at = time.time() if started_at is None else started_at
 
     def collect(self) -> Iterator[Metric]:
@@ -92,6 +96,7 @@ class ControlPlaneCollector(Collector):
                     *_by_status(session),
                     *_prices(session),
                     *_counters(session),
+                    *job_families(session, self.jobs),
                 ]
         except OperationalError as exc:  # the DB busy or gone: the scraper retries
             raise Retryable(f"state DB: {exc.orig}") from None

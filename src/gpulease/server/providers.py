@@ -7,7 +7,9 @@ section: see :class:`gpulease.providers.aws.AwsSettings`; its files live in ``<h
 ``slurm`` (when it has a ``providers.slurm`` section, or none but ``SLURM_CONF`` is set in the
 environment: see :class:`gpulease.providers.slurm.SlurmSettings` and docs/slurm.md; its files
 live in ``<home>/slurm``).
-Moves no states.
+With ``calls``, :func:`build_providers` counts every call the server makes into them
+(:mod:`gpulease.server.provider_calls`: the methods are wrapped in place, the objects and their
+capabilities stay the same). Moves no states.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from gpulease.providers.base import Provider
 from gpulease.providers.registry import build_providers as build
 from gpulease.providers.registry import configured_providers
+from gpulease.server.provider_calls import ProviderCalls, count_calls
 
 
 def provider_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -25,9 +28,15 @@ def provider_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return configured_providers(config)
 
 
-def build_providers(config: Mapping[str, Any]) -> dict[str, Provider]:
-    """Every configured provider (:func:`gpulease.providers.registry.build_providers`)."""
-    return build(config)
+def build_providers(
+    config: Mapping[str, Any], *, calls: ProviderCalls | None = None
+) -> dict[str, Provider]:
+    """Every configured provider (:func:`gpulease.providers.registry.build_providers`), their
+    API calls counted in ``calls`` when given."""
+    providers = build(config)
+    if calls is not None:
+        count_calls(providers, calls)
+    return providers
 
 
 def describe(

@@ -54,13 +54,18 @@ def classify(
     code = error_code(exc)
     where = f"{region or '?'}{'/' + zone if zone else ''}"
     message = f"EC2 {action} in {where}: {code or type(exc).__name__}"
+    error: GpuleaseError
     if code in CAPACITY_CODES:
-        return CapacityError(message, region=region, zone=zone)
-    if code in QUOTA_CODES:
-        return QuotaError(message)
-    if code in UNAVAILABLE_CODES or (not code and _is_connection_error(exc)):
-        return ProviderUnavailable(message, delay=0.0)
-    return ProviderError(message)
+        error = CapacityError(message, region=region, zone=zone)
+    elif code in QUOTA_CODES:
+        error = QuotaError(message)
+    elif code in UNAVAILABLE_CODES or (not code and _is_connection_error(exc)):
+        error = ProviderUnavailable(message, delay=0.0)
+    else:
+        error = ProviderError(message)
+    if code:  # the EC2 code, for /metrics' gpulease_provider_api_errors_total{code}
+        setattr(error, "code", code)  # noqa: B010 - an attribute the error types do not declare
+    return error
 
 
 def _is_connection_error(exc: BaseException) -> bool:
