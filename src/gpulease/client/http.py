@@ -180,6 +180,11 @@ class Client:
             attempt=int(headers["X-Gpulease-Job-Attempt"]),
         )
 
+    def dashboard_login(self) -> dict[str, Any]:
+        """A one-time login link for the web dashboard: ``{"url", "expires_at", "ttl_s"}``. The
+        URL carries a secret that works once, shortly: hand it to a browser, do not log it."""
+        return self._http.json("POST", "/v1/dashboard/login")
+
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found

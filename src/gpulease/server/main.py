@@ -48,6 +48,7 @@ from gpulease.server.metrics import (
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.webui import Logins
 from gpulease.state import open_database, server_owner_id, session_scope
 
 log = logging.getLogger("gpulease.server")
@@ -151,6 +152,7 @@ def _assemble(home: Path) -> _Parts:
         shutdown=shutdown,
         jobs=jobs,
         metrics=metrics,
+        logins=Logins(clock),
     )
     return parts
 
