@@ -185,6 +185,29 @@ class Client:
         URL carries a secret that works once, shortly: hand it to a browser, do not log it."""
         return self._http.json("POST", "/v1/dashboard/login")
 
+    # ---- telemetry (relayed from the agents) -------------------------------------------------
+
+    def telemetry(
+        self, name: str, since: float | None = None, resolution: int | None = None
+    ) -> dict[str, Any]:
+        """The cluster's stored telemetry points per node from ``since`` (Unix s; default an
+        hour ago) at ``resolution`` seconds (10 or 60; default 10 when the 10 s points reach
+        back that far)."""
+        params = _window(since, resolution)
+        return self._http.json("GET", f"/v1/clusters/{name}/telemetry", params=params)
+
+    def job_telemetry(
+        self, job_id: int, since: float | None = None, resolution: int | None = None
+    ) -> dict[str, Any]:
+        """The same for a managed job: the points of all its attempt clusters."""
+        params = _window(since, resolution)
+        return self._http.json("GET", f"/v1/jobs/{job_id}/telemetry", params=params)
+
+    def telemetry_latest(self, cluster: str | None = None) -> dict[str, Any]:
+        """Every live cluster's (or one's) nodes' newest raw samples."""
+        params = None if cluster is None else {"cluster": cluster}
+        return self._http.json("GET", "/v1/telemetry/latest", params=params)
+
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found
@@ -206,6 +229,15 @@ class Client:
             "complete": headers["X-Gpulease-Log-Complete"] == "true",
             "task_state": headers["X-Gpulease-Task-State"],
         }
+
+
+def _window(since: float | None, resolution: int | None) -> dict[str, Any] | None:
+    params: dict[str, Any] = {}
+    if since is not None:
+        params["since"] = repr(float(since))
+    if resolution is not None:
+        params["resolution"] = resolution
+    return params or None
 
 
 def _with_warnings(view: dict[str, Any], prepared: PreparedTask) -> dict[str, Any]:

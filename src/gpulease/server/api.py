@@ -27,6 +27,7 @@ from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
 from gpulease.server.service import ClusterService, Conflict, NotFound
+from gpulease.server.telemetry.reads import TelemetryReader
 from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
 from gpulease.state import ClusterExists
 
@@ -80,6 +81,7 @@ def create_app(
     shutdown: Callable[[], None] = lambda: None,
     jobs: JobService | None = None,
     metrics: MetricsEndpoint | None = None,
+    telemetry: TelemetryReader | None = None,
     logins: Logins | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
@@ -108,6 +110,8 @@ def create_app(
     _agent_routes(router, service)
     if jobs is not None:
         _job_routes(router, jobs)
+    if telemetry is not None:
+        _telemetry_routes(router, telemetry)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
@@ -239,6 +243,27 @@ def _job_routes(router: APIRouter, jobs: JobService) -> None:
             "X-Gpulease-Job-Attempt": str(view["attempt"]),
         }
         return Response(chunk.data, media_type="application/octet-stream", headers=headers)
+
+
+def _telemetry_routes(router: APIRouter, telemetry: TelemetryReader) -> None:
+    """The relayed telemetry (docs/metrics.md, "The read API"); ``since`` and ``resolution``
+    are checked by the reader, so a bad one is a 422 naming it in the usual error shape."""
+
+    @router.get("/clusters/{name}/telemetry")
+    def cluster_telemetry(
+        name: str, since: str | None = None, resolution: str | None = None
+    ) -> dict[str, Any]:
+        return telemetry.cluster(name, since, resolution)
+
+    @router.get("/jobs/{job_id}/telemetry")
+    def job_telemetry(
+        job_id: int, since: str | None = None, resolution: str | None = None
+    ) -> dict[str, Any]:
+        return telemetry.job(job_id, since, resolution)
+
+    @router.get("/telemetry/latest")
+    def latest(cluster: str | None = None) -> dict[str, Any]:
+        return telemetry.latest_view(cluster)
 
 
 class _Unauthorised(Exception):

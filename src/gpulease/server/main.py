@@ -48,6 +48,7 @@ from gpulease.server.metrics import (
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
 from gpulease.server.webui import Logins
 from gpulease.state import open_database, server_owner_id, session_scope
 
@@ -140,6 +141,8 @@ def _assemble(home: Path) -> _Parts:
     parts = _Parts(engine, agents, loop, app=FastAPI())
     collector = ControlPlaneCollector(engine, pass_times=loop.times)
     metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg))
+    latest = LatestSamples()
+    reader = TelemetryReader(engine, telemetry_settings(cfg), latest, clock=clock)
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -152,6 +155,7 @@ def _assemble(home: Path) -> _Parts:
         shutdown=shutdown,
         jobs=jobs,
         metrics=metrics,
+        telemetry=reader,
         logins=Logins(clock),
     )
     return parts
