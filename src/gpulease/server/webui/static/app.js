@@ -97,7 +97,7 @@
         clusters.clusters.map((c) => el("tr", {"data-cluster": c.name},
           td(el("a", {href: "/ui/cluster?name=" + encodeURIComponent(c.name)}, c.name)),
           td(status(c.status)), td(where(c)), td(c.instance_type || "–"), td(gpus(c)),
-          num(pct(util.get(c.name))), num(money(c.price_per_hour))))), "clusters"),
+          num(pct(util.get(c.name))), num(money(c.price_per_hour)))), "clusters"),
       el("h2", {}, "Managed jobs"),
       table(["id ", "name", "status", "attempt ", "cluster", "where", "recoveries ", "spent ",
              "$/h "],
@@ -105,7 +105,7 @@
           num(el("a", {href: "/ui/job?id=" + j.id}, "#" + j.id)), td(j.name || "–"),
           td(status(j.status)), num(j.attempt), td(j.cluster || "–"), td(j.where || "–"),
           num(j.recoveries), num(usd(j.cost && j.cost.spent_usd)),
-          num(money(j.cluster ? price.get(j.cluster) : null))))), "jobs"),
+          num(money(j.cluster ? price.get(j.cluster) : null)))), "jobs"),
     ];
   }
 
@@ -147,7 +147,7 @@
         }), "nodes"),
       el("h2", {}, "Events"),
       table(["at", "from", "to", "reason"], history.map((h) => el("tr", {},
-        td(when(h.at)), td(h.from || "–"), td(status(h.to)), td(h.reason || "")))), "events"),
+        td(when(h.at)), td(h.from || "–"), td(status(h.to)), td(h.reason || ""))), "events"),
     ];
   }
 
@@ -210,16 +210,16 @@
         j.attempts.map((a, i) => el("tr", {}, num(i + 1),
           td(el("a", {href: "/ui/cluster?name=" + encodeURIComponent(a.name)}, a.name)),
           td(status(a.status)), td(a.pricing || "–"), td(a.where || "–"),
-          td(a.failure || "")))), "attempts"),
+          td(a.failure || ""))), "attempts"),
       el("h2", {}, "Checkpoints"),
       table(["step ", "attempt cluster", "saved"], steps.map(([step, [cluster, at]]) =>
-        el("tr", {}, num(step), td(cluster || "–"), td(when(at))))), "checkpoints"),
+        el("tr", {}, num(step), td(cluster || "–"), td(when(at)))), "checkpoints"),
       el("h2", {}, "Events"),
       table(["at", "event", "detail"], [
         ...(j.events || []).map((e) => [e.at, e.kind, e.detail]),
         ...(j.history || []).map((h) => [h.at, (h.from || "–") + " → " + h.to, h.reason]),
       ].sort((a, b) => b[0] - a[0]).map(([at, what, detail]) =>
-        el("tr", {}, td(when(at)), td(what), td(detail || "")))), "events"),
+        el("tr", {}, td(when(at)), td(what), td(detail || ""))), "events"),
     ];
   }
 

@@ -1,7 +1,8 @@
 // A small line chart in plain SVG (no library): time on x, one polyline per series.
 // GL.lineChart(parent, {title, unit, yMax, series: [{name, points: [[unixSeconds, value]]}]})
 // appends <div class="chart" data-chart=... data-points=N data-series=M>; the data-* attributes
-// say what was drawn (the dashboard's browser test reads them).
+// say what was drawn, and each polyline's data-points / data-last its count and newest value
+// (the dashboard's browser test reads them).
 "use strict";
 window.GL = window.GL || {};
 (function (GL) {
@@ -83,7 +84,8 @@ window.GL = window.GL || {};
       if (!s.points.length) return;
       const pts = s.points.map((p) => px(p[0]).toFixed(1) + "," + py(p[1]).toFixed(1));
       const line = svg("polyline", {points: pts.join(" "), class: "line", stroke: colour,
-                                    "data-points": s.points.length});
+                                    "data-points": s.points.length,
+                                    "data-last": s.points[s.points.length - 1][1]});
       line.appendChild(svg("title", {}, s.name));
       root.appendChild(line);
       if (s.points.length === 1) {
