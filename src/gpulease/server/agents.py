@@ -2,10 +2,10 @@
 
 Owns :class:`HttpAgents` (the :class:`~gpulease.controller.AgentConnector`: node tokens —
 from the provider when it hands them out, else derived from ``server.key`` — and one cached
-client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, exec). On a node
-whose provider does not share this machine's files (``Provider.shares_files`` false), ``submit``
-first uploads the task's workdir and file mounts (:mod:`gpulease.server.uploads`) and submits
-the node's paths. Moves no states.
+client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, exec, the
+telemetry relay's ``metrics``). On a node whose provider does not share this machine's files
+(``Provider.shares_files`` false), ``submit`` first uploads the task's workdir and file mounts
+(:mod:`gpulease.server.uploads`) and submits the node's paths. Moves no states.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -93,6 +94,10 @@ class HttpAgent:
 
     def exec(self, task_id: str, command: str, timeout_s: float) -> ExecResult:
         return self.client.exec(task_id, command, timeout_s)
+
+    def metrics(self, since: float | None) -> dict[str, Any]:
+        """The node's telemetry samples taken after ``since`` (the relay's pull)."""
+        return self.client.metrics(since)
 
 
 class HttpAgents:

@@ -49,6 +49,8 @@ from gpulease.server.providers import build_providers, describe, provider_settin
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
+from gpulease.server.telemetry.prom import RelayedMetrics
+from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
 from gpulease.server.webui import Logins
 from gpulease.state import open_database, server_owner_id, session_scope
 
@@ -118,6 +120,7 @@ class _Parts:
     agents: HttpAgents
     loop: LoopThread
     app: FastAPI
+    relay: RelayThread | None = None
     server: uvicorn.Server | None = None
 
 
@@ -140,9 +143,13 @@ def _assemble(home: Path) -> _Parts:
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
     collector = ControlPlaneCollector(engine, pass_times=loop.times)
-    metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg))
-    latest = LatestSamples()
-    reader = TelemetryReader(engine, telemetry_settings(cfg), latest, clock=clock)
+    telemetry = telemetry_settings(cfg)
+    latest, relayed = LatestSamples(), RelayedMetrics(telemetry.interval_s)
+    metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg),
+                              sources=(relayed.text,))  # fmt: skip
+    reader = TelemetryReader(engine, telemetry, latest, clock=clock)
+    parts.relay = RelayThread(Relay(engine, HttpMetrics(agents), telemetry, clock=clock,
+                                    latest=latest, metrics=relayed))  # fmt: skip
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -188,6 +195,8 @@ def serve(host: str, port: int) -> int:
     parts.server = uvicorn.Server(config_)
     _exit_cleanly_on_signals(parts)
     parts.loop.start()
+    if parts.relay is not None:
+        parts.relay.start()
     url = f"http://{host}:{bound}"
     _write_info(home, {"pid": os.getpid(), "host": host, "port": bound, "url": url,
                        "started_at": time.time()})  # fmt: skip
@@ -195,6 +204,8 @@ def serve(host: str, port: int) -> int:
     try:
         parts.server.run(sockets=[sock])
     finally:
+        if parts.relay is not None:
+            parts.relay.stop()
         parts.loop.stop()
         parts.agents.close()
         _remove_info(home)

@@ -1,0 +1,309 @@
+"""The telemetry relay: every ``server.telemetry.interval_s``, pull each live node's new agent
+samples (``GET /v1/metrics?since=<last at>``), fold them into ``telemetry_points`` at 10 s and
+60 s, prune by retention, stamp ``clusters.gpu_active_at``, keep each node's newest raw sample
+(:class:`~gpulease.server.telemetry.latest.LatestSamples`) and render the relayed Prometheus
+text once (:class:`~gpulease.server.telemetry.prom.RelayedMetrics`).
+
+Owns :class:`Relay` (one pass, clock injected) and :class:`RelayThread` (its own thread, so a
+slow or silent agent never delays the reconcile loops). Per node it keeps, in memory, the last
+sample time seen and the samples of the buckets still open; a bucket is folded again from all
+of its samples whenever more arrive and upserted, so a repeated pass writes the same rows. After
+a restart a node resumes from the start of its newest stored 60 s bucket: the agent's ring
+buffer hands those samples over again and the buckets are rebuilt whole. An agent that does not
+answer is skipped, logged once per outage (and once when it answers again), and retried after a
+jittered backoff (:func:`gpulease.backoff.backoff_delay`).
+
+Why not the reconcile skeleton (``controller/skeleton.py``): the skeleton steps *claimed* rows
+(claim → snapshot → decide → apply under the claim). The relay's entities are nodes, which have
+no claim columns, and claiming their clusters would take the cluster loop's claims (the brief
+forbids it) and make a stuck agent hold a cluster's reconcile back. Its writes need no claim:
+they are idempotent upserts of rows no one else writes, plus one timestamp column
+(``gpu_active_at``) that only the relay writes. It keeps the skeleton's error discipline: a node
+that fails backs off (capped, jittered), one log line per outage, the loop never dies of one node.
+
+Moves no states (``gpu_active_at`` is a plain timestamp; the autostop rule reads it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import Engine, select, update
+
+from gpulease.backoff import backoff_delay
+from gpulease.clock import Clock
+from gpulease.controller import NodeRef
+from gpulease.server.agents import HttpAgents
+from gpulease.server.runtime import PassTimes
+from gpulease.server.telemetry.fold import (
+    RESOLUTIONS,
+    bucket_start,
+    fold,
+    gpu_utilisations,
+    train_step,
+)
+from gpulease.server.telemetry.latest import LatestSamples
+from gpulease.server.telemetry.prom import NodeLabels, RelayedMetrics
+from gpulease.server.telemetry.settings import TelemetrySettings
+from gpulease.server.telemetry.store import PointRow, prune, resume_points, upsert_points
+from gpulease.state import session_scope
+from gpulease.state.machines import ClusterStatus, NodeState
+from gpulease.state.models import Cluster, Node
+
+log = logging.getLogger("gpulease.server.telemetry")
+
+#: GPU utilisation (%) that counts as busy when the cluster sets no ``autostop_gpu_below``
+DEFAULT_ACTIVE_PCT = 5.0
+RELAYED_NODES = (NodeState.SETTING_UP, NodeState.READY)
+PRUNE_EVERY_S = 60.0
+#: a resumed node re-reads this much before its newest stored bucket (a sample on the boundary)
+_EDGE_S = 1e-3
+
+
+class MetricsPort(Protocol):
+    """How the relay reaches a node's agent: ``GET /v1/metrics?since=``."""
+
+    def metrics(self, node: NodeRef, since: float | None) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LiveNode:
+    """One node to pull, with what its points and series are labelled with."""
+
+    ref: NodeRef
+    labels: NodeLabels
+    active_below: float | None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.labels.cluster_id, self.labels.node_rank
+
+
+@dataclass
+class _Track:
+    """What the relay remembers of one node between passes."""
+
+    instance_id: str
+    last_at: float | None
+    pending: dict[float, Mapping[str, Any]] = field(default_factory=dict)  # open buckets
+    last_step: int | None = None
+    failures: int = 0
+    retry_at: float = float("-inf")
+
+
+class Relay:
+    def __init__(
+        self,
+        engine: Engine,
+        port: MetricsPort,
+        settings: TelemetrySettings,
+        *,
+        clock: Clock,
+        latest: LatestSamples | None = None,
+        metrics: RelayedMetrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine = engine
+        self.port = port
+        self.settings = settings
+        self.clock = clock
+        self.latest = latest if latest is not None else LatestSamples()
+        self.metrics = metrics if metrics is not None else RelayedMetrics(settings.interval_s)
+        self.rng = rng
+        self.times = PassTimes()
+        self._tracks: dict[tuple[int, int], _Track] = {}
+        self._next_prune = float("-inf")
+        self._relayed = 0
+
+    def run_pass(self) -> int:
+        """Pull every live node once; how many samples were folded in."""
+        started = time.perf_counter()
+        self._relayed = 0
+        nodes = self._live_nodes()
+        self._forget_all_but(nodes)
+        self._resume(nodes)
+        rows: list[PointRow] = []
+        active: set[int] = set()
+        for node in nodes:
+            rows.extend(self._pull(node, active))
+        now = self.clock.now()
+        with session_scope(self.engine) as session:
+            upsert_points(session, rows)
+            if active:
+                session.execute(
+                    update(Cluster).where(Cluster.id.in_(sorted(active))).values(gpu_active_at=now)
+                )
+            if now >= self._next_prune:
+                pruned = prune(session, self.settings.retention_s, now)
+                self._next_prune = now + PRUNE_EVERY_S
+                if pruned:
+                    log.debug("telemetry: pruned %d point(s) past retention", pruned)
+        self.times.observe("relay", time.perf_counter() - started)
+        self.metrics.update([(n.labels, self.latest.get(n.key)) for n in nodes], now, self.times)
+        return self._relayed
+
+    def _live_nodes(self) -> list[LiveNode]:
+        with session_scope(self.engine) as session:
+            found = session.execute(
+                select(Node, Cluster)
+                .join(Cluster, Node.cluster_id == Cluster.id)
+                .where(
+                    Node.state.in_(list(RELAYED_NODES)),
+                    Node.agent_url.is_not(None),
+                    Cluster.status != ClusterStatus.TERMINATED,
+                )
+                .order_by(Cluster.id, Node.node_rank)
+            ).all()
+            return [_live_node(node, cluster) for node, cluster in found]
+
+    def _forget_all_but(self, nodes: Sequence[LiveNode]) -> None:
+        wanted = {n.key: n.ref.instance_id for n in nodes}
+        for key in list(self._tracks):
+            if wanted.get(key) != self._tracks[key].instance_id:
+                del self._tracks[key]
+        self.latest.keep_only(wanted)
+
+    def _resume(self, nodes: Sequence[LiveNode]) -> None:
+        """Tracks for the nodes seen first now, from the newest stored 60 s bucket."""
+        new = [n for n in nodes if n.key not in self._tracks]
+        if not new:
+            return
+        with session_scope(self.engine) as session:
+            stored = resume_points(session, {n.key[0] for n in new}, RESOLUTIONS[-1])
+        for node in new:
+            start = stored.get(node.key)
+            since = None if start is None else start - _EDGE_S
+            self._tracks[node.key] = _Track(node.ref.instance_id, since)
+
+    def _pull(self, node: LiveNode, active: set[int]) -> list[PointRow]:
+        track = self._tracks[node.key]
+        now = self.clock.now()
+        if now < track.retry_at:
+            return []
+        try:
+            answer = self.port.metrics(node.ref, track.last_at)
+            samples = _new_samples(answer, track.last_at)
+        except Exception as exc:  # an agent away or broken: skip it, the pass goes on
+            self._failed(node, track, exc, now)
+            return []
+        if track.failures:
+            log.info("telemetry: node %s answers again", _name(node))
+            track.failures, track.retry_at = 0, float("-inf")
+        if not samples:
+            return []
+        if self._active(node, track, samples):
+            active.add(node.labels.cluster_id)
+        period = answer.get("interval_s")
+        period = float(period) if isinstance(period, int | float) and period > 0 else None
+        self.latest.put(*node.key, samples[-1], period)
+        self._relayed += len(samples)
+        return self._fold(node, track, samples)
+
+    def _failed(self, node: LiveNode, track: _Track, exc: Exception, now: float) -> None:
+        track.failures += 1
+        base = self.settings.interval_s
+        track.retry_at = now + backoff_delay(track.failures, base=base, cap=30 * base,
+                                             rng=self.rng)  # fmt: skip
+        if track.failures == 1:
+            log.warning("telemetry: node %s does not answer (%s: %s); retrying with backoff",
+                        _name(node), type(exc).__name__, exc)  # fmt: skip
+
+    def _active(self, node: LiveNode, track: _Track, samples: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether any GPU is at or above the cluster's threshold, or the train step advanced."""
+        threshold = DEFAULT_ACTIVE_PCT if node.active_below is None else node.active_below
+        busy = any(u >= threshold for s in samples for u in gpu_utilisations(s))
+        steps = [step for s in samples if (step := train_step(s)) is not None]
+        before = track.last_step if track.last_step is not None else (steps[0] if steps else None)
+        advanced = bool(steps) and before is not None and max(steps) > before
+        if steps:
+            track.last_step = max(steps)
+        return busy or advanced
+
+    def _fold(
+        self, node: LiveNode, track: _Track, samples: Sequence[Mapping[str, Any]]
+    ) -> list[PointRow]:
+        for sample in samples:
+            track.pending[float(sample["at"])] = sample
+        track.last_at = max(track.pending)
+        rows = []
+        for resolution in RESOLUTIONS:
+            touched = sorted({bucket_start(float(s["at"]), resolution) for s in samples})
+            for start in touched:
+                members = [s for at, s in sorted(track.pending.items())
+                           if start <= at < start + resolution]  # fmt: skip
+                rows.append(node.labels.point(resolution, start, members, fold(members)))
+        horizon = bucket_start(track.last_at, RESOLUTIONS[-1])
+        track.pending = {at: s for at, s in track.pending.items() if at >= horizon}
+        return rows
+
+
+def _new_samples(answer: Mapping[str, Any], after: float | None) -> list[Mapping[str, Any]]:
+    samples = answer.get("samples")
+    if not isinstance(samples, list):
+        raise ValueError("the agent's /v1/metrics answer has no sample list")
+    fresh = [s for s in samples if isinstance(s, Mapping) and isinstance(s.get("at"), int | float)]
+    if after is not None:
+        fresh = [s for s in fresh if float(s["at"]) > after]
+    return sorted(fresh, key=lambda s: float(s["at"]))
+
+
+def _live_node(node: Node, cluster: Cluster) -> LiveNode:
+    labels = NodeLabels(
+        cluster_id=cluster.id,
+        cluster=cluster.name,
+        job_id=cluster.job_id,
+        node_rank=node.node_rank,
+        provider=cluster.provider,
+        region=cluster.region or "",
+        instance_type=cluster.instance_type or "",
+        spot=bool(cluster.spot),
+    )
+    ref = NodeRef(node.provider, node.instance_id, node.agent_url or "")
+    return LiveNode(ref, labels, cluster.autostop_gpu_below)
+
+
+def _name(node: LiveNode) -> str:
+    return f"{node.labels.cluster}/{node.labels.node_rank} ({node.ref.instance_id})"
+
+
+class RelayThread:
+    """Runs :meth:`Relay.run_pass` every ``interval_s`` on a thread of its own."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="telemetry-relay", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.relay.run_pass()
+            except Exception:  # the DB busy, a bug: the next pass tries again
+                log.exception("telemetry relay: a pass failed")
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self.relay.settings.interval_s - elapsed))
+
+
+@dataclass(frozen=True)
+class HttpMetrics:
+    """The relay's port over the server's agent connector (cached clients, node tokens)."""
+
+    agents: HttpAgents
+
+    def metrics(self, node: NodeRef, since: float | None) -> Mapping[str, Any]:
+        return self.agents.agent(node).metrics(since)
