@@ -154,18 +154,18 @@ def test_the_dashboard_in_chromium(gpu_server: ServerProcess, browser: Any, tmp_
     assert _errors(browser) == []
 
     # the cluster page, once the relay stored samples of both GPUs
-    def both_gpus() -> bool:
+    def both_gpus_twice() -> bool:
         nodes = api.telemetry("watched")["nodes"]
-        indexes = {g["index"] for n in nodes for p in n["points"] for g in p["gpus"]}
-        return len(indexes) == 2
+        seen = [g["index"] for n in nodes for p in n["points"] for g in p["gpus"]]
+        return all(seen.count(index) >= 2 for index in (0, 1))
 
-    wait_until(both_gpus, 30, "relayed samples of both fake GPUs")
+    wait_until(both_gpus_twice, 40, "two relayed points of both fake GPUs")
     browser.get(link.split("/ui/")[0] + "/ui/cluster?name=watched")
     _loaded(browser)
     charts = _charts(browser)
     assert set(charts) >= {"gpu-util", "gpu-memory"}
     util, memory = charts["gpu-util"], charts["gpu-memory"]
-    assert util["points"] >= 2 and len(util["lines"]) == 2, util
+    assert len(util["lines"]) == 2 and all(line["points"] >= 2 for line in util["lines"]), util
     steady = [line for line in util["lines"] if line["name"].endswith("GPU 1")]
     assert steady and steady[0]["last"] == pytest.approx(60), util  # gpu_load's second GPU
     assert {round(line["last"]) for line in memory["lines"]} == {40}, memory
@@ -175,11 +175,17 @@ def test_the_dashboard_in_chromium(gpu_server: ServerProcess, browser: Any, tmp_
     browser.save_screenshot(str(out_dir / "cluster.png"))
     assert _errors(browser) == []
 
-    # the job page
+    # the job page, once its attempt's GPUs were relayed too
+    def job_gpus() -> bool:
+        nodes = api.job_telemetry(job["id"])["nodes"]
+        return any(len(p["gpus"]) == 2 for n in nodes for p in n["points"])
+
+    wait_until(job_gpus, 30, "relayed samples of the job's GPUs")
     browser.get(link.split("/ui/")[0] + f"/ui/job?id={job['id']}")
     _loaded(browser)
     charts = _charts(browser)
-    assert set(charts) >= {"throughput", "mfu"}
+    assert set(charts) >= {"throughput", "mfu", "data-wait", "gpu-util"}
+    assert len(charts["gpu-util"]["lines"]) == 2, charts  # the job's attempt's fake GPUs
     assert browser.find_elements("css selector", "#attempts tbody tr")
     browser.save_screenshot(str(out_dir / "job.png"))
     assert _errors(browser) == []

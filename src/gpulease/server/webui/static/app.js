@@ -4,7 +4,8 @@
 "use strict";
 (function () {
   const REFRESH_MS = 10000;
-  const HOUR_S = 3600;
+  const HOUR_S = 3600;  // the telemetry routes' default window (asked without ?since=: the last
+                        // hour at 10 s; a since a hair older than the 10 s retention gets 60 s)
   const app = document.getElementById("app");
   const page = document.body.dataset.page;
   const params = new URLSearchParams(location.search);
@@ -114,7 +115,7 @@
     const path = "/v1/clusters/" + encodeURIComponent(name);
     const since = Date.now() / 1000 - HOUR_S;
     const [c, tele] = await Promise.all([api(path + "?history=true"),
-                                         api(path + "/telemetry?since=" + Math.floor(since))]);
+                                         api(path + "/telemetry")]);
     const lastSeen = new Map((tele.nodes || []).map((n) => [n.node_rank,
                                                             (n.points || []).slice(-1)[0]]));
     const charts = el("div", {class: "charts"});
@@ -170,7 +171,7 @@
     const since = Date.now() / 1000 - HOUR_S;
     const [j, tele] = await Promise.all([
       api("/v1/jobs/" + id + "?history=true"),
-      api("/v1/jobs/" + id + "/telemetry?since=" + Math.floor(since)),
+      api("/v1/jobs/" + id + "/telemetry"),
     ]);
     let price = null;
     if (j.cluster) {
@@ -193,6 +194,8 @@
                           series: trainSeries(tele.nodes, (t) => (t.data_wait_ratio === null ||
                             t.data_wait_ratio === undefined ? null : 100 * t.data_wait_ratio),
                                               "")});
+    GL.lineChart(charts, {id: "gpu-util", title: "GPU utilisation", unit: "%", yMax: 100, since,
+                          series: gpuSeries(tele.nodes, (g) => g.utilization_pct)});
     const steps = checkpoints(tele.nodes);
     return [
       el("h1", {}, "Job #" + j.id + " " + (j.name || "") + " ", status(j.status)),

@@ -1,5 +1,6 @@
 // A small line chart in plain SVG (no library): time on x, one polyline per series.
-// GL.lineChart(parent, {title, unit, yMax, series: [{name, points: [[unixSeconds, value]]}]})
+// GL.lineChart(parent, {title, unit, yMax, since, minSpan, series: [{name, points: [[t, v]]}]})
+// (t in Unix seconds; the x axis runs from the first point, or minSpan seconds back, to now)
 // appends <div class="chart" data-chart=... data-points=N data-series=M>; the data-* attributes
 // say what was drawn, and each polyline's data-points / data-last its count and newest value
 // (the dashboard's browser test reads them).
@@ -61,8 +62,10 @@ window.GL = window.GL || {};
       return box;
     }
     const now = Date.now() / 1000;
-    const x0 = Math.min(opts.since || Infinity, ...all.map((p) => p[0]));
+    // from the first point (but at least the last minSpan seconds, and never before `since`)
     const x1 = Math.max(now, ...all.map((p) => p[0]));
+    const first = Math.min(...all.map((p) => p[0]), x1 - (opts.minSpan || 600));
+    const x0 = Math.max(first, opts.since || -Infinity);
     const yMax = opts.yMax || niceMax(Math.max(...all.map((p) => p[1])));
     const px = (t) => L + ((t - x0) / Math.max(x1 - x0, 1)) * (W - L - R);
     const py = (v) => T + (1 - Math.min(v, yMax) / yMax) * (H - T - B);
@@ -73,7 +76,8 @@ window.GL = window.GL || {};
     }
     for (let i = 0; i <= 4; i++) {
       const t = x0 + ((x1 - x0) * i) / 4;
-      root.appendChild(svg("text", {x: px(t), y: H - 8, "text-anchor": "middle"}, clock(t)));
+      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+      root.appendChild(svg("text", {x: px(t), y: H - 8, "text-anchor": anchor}, clock(t)));
     }
     root.appendChild(svg("line", {x1: L, x2: L, y1: T, y2: H - B, class: "axis"}));
     root.appendChild(svg("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis"}));
