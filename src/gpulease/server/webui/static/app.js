@@ -74,7 +74,8 @@
 
   function trainSeries(nodes, figure, label) {
     return (nodes || []).map((node) => ({
-      name: (node.cluster ? node.cluster + " " : "") + "node " + node.node_rank + " " + label,
+      name: ((node.cluster ? node.cluster + " " : "") + "node " + node.node_rank + " " +
+             label).trim(),
       points: (node.points || []).filter((p) => p.train).map((p) => [p.at, figure(p.train)]),
     }));
   }
@@ -183,14 +184,16 @@
     const anyTokens = (tele.nodes || []).some((n) => (n.points || []).some((p) =>
       p.train && p.train.tokens_per_s !== null && p.train.tokens_per_s !== undefined));
     const charts = el("div", {class: "charts"});
-    GL.lineChart(charts, {id: "throughput", title: "Throughput",
+    const untold = "not reported (gpulease.train tells the agent)";
+    GL.lineChart(charts, {id: "throughput", title: "Throughput", empty: untold,
                           unit: anyTokens ? "tokens/s" : "samples/s", since,
                           series: trainSeries(tele.nodes, rate, "")});
     GL.lineChart(charts, {id: "mfu", title: "MFU", unit: "%", yMax: 100, since,
+                          empty: "not reported (StepTimer(flops_per_token=…) gives it)",
                           series: trainSeries(tele.nodes, (t) => (t.mfu === null ||
                             t.mfu === undefined ? null : 100 * t.mfu), "")});
     GL.lineChart(charts, {id: "data-wait", title: "Waiting for data", unit: "% of step time",
-                          yMax: 100, since,
+                          yMax: 100, since, empty: untold,
                           series: trainSeries(tele.nodes, (t) => (t.data_wait_ratio === null ||
                             t.data_wait_ratio === undefined ? null : 100 * t.data_wait_ratio),
                                               "")});
