@@ -143,9 +143,12 @@ def _fake_browser(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-def test_the_dashboard_in_chromium(gpu_server: ServerProcess, browser: Any, tmp_path: Path) -> None:
+def test_the_dashboard_in_chromium(
+    gpu_server: ServerProcess, browser: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out_dir = artifacts_dir()
-    print(f"dashboard screenshots: {out_dir}")
+    with capsys.disabled():  # shown in a plain run too (not only with -s or on failure)
+        print(f"\ndashboard screenshots: {out_dir}")
     api, home = gpu_server.api, gpu_server.home
     two_gpus = {"providers": ["local"], "accelerators": "T4:2"}
     api.launch({"name": "watched", "resources": two_gpus, "run": "sleep 600"})
@@ -230,5 +233,8 @@ def test_the_dashboard_in_chromium(gpu_server: ServerProcess, browser: Any, tmp_
     assert opened.read_text() == link  # not opened again
     headless = _dashboard_cli(home)
     assert headless.returncode == 0 and "not opening a browser (no DISPLAY)" in headless.stderr
+    secret = link.partition("?t=")[2]
+    logged = (home / "server.log").read_text()
+    assert secret not in logged and token not in logged  # neither secret reaches the log
     for name in ("overview", "cluster", "job"):
         assert (out_dir / f"{name}.png").stat().st_size > 10_000
