@@ -144,7 +144,7 @@ def _fake_browser(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 def test_the_dashboard_in_chromium(
-    gpu_server: ServerProcess, browser: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    browser: Any, gpu_server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_dir = artifacts_dir()
     with capsys.disabled():  # shown in a plain run too (not only with -s or on failure)
