@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, text
+from sqlalchemy.exc import DBAPIError
 
 from gpulease.agent.client import AgentUnavailable
 from gpulease.clock import VirtualClock
@@ -120,7 +121,9 @@ def test_a_restarted_relay_resumes_from_the_newest_bucket_without_double_countin
 
 def test_gpu_active_at_is_stamped_by_busy_gpus_or_an_advancing_step(engine: Engine) -> None:
     clock = VirtualClock(T0)
-    idle, busy, training = (_cluster(engine, clock, n, nodes=1) for n in ("idle", "busy", "tr"))
+    idle, busy, training, old = (
+        _cluster(engine, clock, n, nodes=1) for n in ("idle", "busy", "tr", "old")
+    )
     with session_scope(engine) as session:
         session.get_one(Cluster, busy).autostop_gpu_below = 50.0
     agents = ScriptedAgents()
@@ -128,6 +131,7 @@ def test_gpu_active_at_is_stamped_by_busy_gpus_or_an_advancing_step(engine: Engi
     agents.samples["idle-0"] = [idle_sample]
     agents.samples["busy-0"] = [sample(T0, 55)]  # GPU 1 at 45: one GPU ≥ 50 is enough
     agents.samples["tr-0"] = [{**idle_sample, "train": {"step": 3}}]
+    agents.samples["old-0"] = [sample(T0 - 100, 90)]  # busy long ago (a resumed node): not now
     relay = _relay(engine, agents, clock)
     relay.run_pass()
     clock.advance(10)
@@ -135,8 +139,8 @@ def test_gpu_active_at_is_stamped_by_busy_gpus_or_an_advancing_step(engine: Engi
     relay.run_pass()
     with session_scope(engine) as session:
         stamped = {c.name: c.gpu_active_at for c in session.scalars(select(Cluster))}
-    assert stamped == {"idle": None, "busy": T0, "tr": T0 + 10}
-    assert idle != busy != training
+    assert stamped == {"idle": None, "busy": T0, "tr": T0 + 10, "old": None}
+    assert len({idle, busy, training, old}) == 4
 
 
 def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
@@ -151,7 +155,7 @@ def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
     for _ in range(6):
         relay.run_pass()
         clock.advance(10)
-    warnings = [r for r in caplog.records if "does not answer" in r.getMessage()]
+    warnings = [r for r in caplog.records if "no answer" in r.getMessage()]
     assert len(warnings) == 1 and "c1/1" in warnings[0].getMessage()
     tries = [i for i, _ in agents.asked if i == "c1-1"]
     assert 1 < len(tries) < 6  # backing off: not asked on every pass
@@ -159,8 +163,41 @@ def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
     agents.down.clear()
     clock.advance(600)
     relay.run_pass()
-    assert any("answers again" in r.getMessage() for r in caplog.records)
+    assert any("relayed again" in r.getMessage() for r in caplog.records)
     assert {k[0] for k in _points(engine)} == {0, 1}
+
+
+def test_a_node_sending_what_cannot_be_read_backs_off_alone(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = VirtualClock(T0)
+    _cluster(engine, clock, "c1")
+    agents = ScriptedAgents()
+    agents.samples["c1-0"] = [sample(T0, 40)]
+    agents.samples["c1-1"] = [{"at": T0, "gpus": 5}]  # not a list of GPUs
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    assert set(_points(engine)) == {(0, 10, T0), (0, 60, T0 - 20)}
+    assert any("c1/1" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_pass_whose_write_fails_is_pulled_again(engine: Engine) -> None:
+    clock = VirtualClock(T0)
+    _cluster(engine, clock, "c1", nodes=1)
+    agents = ScriptedAgents()
+    agents.samples["c1-0"] = [sample(T0, 40)]
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    agents.samples["c1-0"].append(sample(T0 + 5, 60))
+    with engine.begin() as conn:  # the table away: the pass cannot store what it pulled
+        conn.execute(text("ALTER TABLE telemetry_points RENAME TO telemetry_away"))
+    with pytest.raises(DBAPIError):
+        relay.run_pass()
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE telemetry_away RENAME TO telemetry_points"))
+    relay.run_pass()
+    assert agents.asked == [("c1-0", None), ("c1-0", T0), ("c1-0", T0)]
+    assert _points(engine) == {(0, 10, T0): (2, 50.0), (0, 60, T0 - 20): (2, 50.0)}
 
 
 def test_retention_prunes_and_gone_nodes_drop_out(engine: Engine) -> None:

@@ -8,9 +8,9 @@ fixed in docs/metrics.md. Counters come from the status history (``status_change
 job rows, which are never deleted, so they only grow, across server restarts too. Moves no
 states.
 
-The node and job metrics the agents relay (GPU utilisation, memory, …) come in a later step as
-another :data:`MetricSource` passed to :func:`render`: a callable returning ready text (rendered
-once per relay, so a scrape only concatenates).
+The node and job metrics the agents relay (GPU utilisation, memory, …) are another
+:data:`MetricSource` passed to :func:`render`: a callable returning ready text (rendered once per
+relay pass by :mod:`gpulease.server.telemetry.prom`, so a scrape only concatenates).
 """
 
 from __future__ import annotations
