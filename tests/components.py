@@ -86,6 +86,8 @@ COMPONENTS: dict[str, Component] = {
         Component("iproute2", "ip (network namespaces)", ("iproute2",), _commands("ip")),
         Component("prometheus", "the Prometheus server and promtool", ("prometheus",),
                   _commands("prometheus", "promtool")),
+        Component("chromium", "headless Chromium and its WebDriver (the dashboard's browser "
+                  "test)", ("chromium", "chromium-driver"), _commands("chromium", "chromedriver")),
     )
 }  # fmt: skip
 

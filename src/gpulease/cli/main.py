@@ -17,6 +17,7 @@ from gpulease.cli import (
     catalog_cmd,
     checkpoint_cmd,
     cluster_cmd,
+    dashboard_cmd,
     estimate_cmd,
     gpus_cmd,
     jobs_cmd,
@@ -52,6 +53,7 @@ app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(metrics_cmd.app, name="metrics")
+app.command("dashboard")(dashboard_cmd.dashboard)
 
 
 @app.command("schema")

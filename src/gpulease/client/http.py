@@ -181,6 +181,11 @@ class Client:
             attempt=int(headers["X-Gpulease-Job-Attempt"]),
         )
 
+    def dashboard_login(self) -> dict[str, Any]:
+        """A one-time login link for the web dashboard: ``{"url", "expires_at", "ttl_s"}``. The
+        URL carries a secret that works once, shortly: hand it to a browser, do not log it."""
+        return self._http.json("POST", "/v1/dashboard/login")
+
     # ---- telemetry (relayed from the agents) -------------------------------------------------
 
     def telemetry(

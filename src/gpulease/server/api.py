@@ -1,7 +1,8 @@
 """The REST API (FastAPI, JSON, under ``/v1``) over
 :class:`~gpulease.server.service.ClusterService`.
 
-Every route needs ``Authorization: Bearer <token>`` (the ``server.token`` file in the home);
+Every route needs ``Authorization: Bearer <token>`` (the ``server.token`` file in the home) —
+or, for the dashboard's read routes (GET only), its session cookie (``server/webui``);
 ``GET /metrics`` (Prometheus text, outside ``/v1``) too, unless the config opens it to loopback
 scrapers.
 Errors are ``{"error": {"code", "message"}}`` with status 422 (bad input), 404 (no such cluster),
@@ -27,6 +28,7 @@ from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
 from gpulease.server.service import ClusterService, Conflict, NotFound
 from gpulease.server.telemetry.reads import TelemetryReader
+from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
 from gpulease.state import ClusterExists
 
 
@@ -80,18 +82,29 @@ def create_app(
     jobs: JobService | None = None,
     metrics: MetricsEndpoint | None = None,
     telemetry: TelemetryReader | None = None,
+    logins: Logins | None = None,
 ) -> FastAPI:
+    """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
+    session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
     app = FastAPI(title="gpulease", version=__version__, docs_url=None, redoc_url=None)
 
-    def authorised(authorization: Annotated[str, Header()] = "") -> None:
+    def bearer(authorization: Annotated[str, Header()] = "") -> None:
         scheme, _, presented = authorization.partition(" ")
         if scheme.lower() != "bearer" or not same_token(presented.strip(), token):
             raise _Unauthorised()
 
+    def authorised(request: Request, authorization: Annotated[str, Header()] = "") -> None:
+        if logins is not None and not authorization and cookie_may_read(request, logins):
+            return
+        bearer(authorization)
+
     if metrics is not None:
-        _metrics_route(app, metrics, authorised)
+        _metrics_route(app, metrics, bearer)
 
     router = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
+    if logins is not None:
+        login_route(router, logins)
+        mount_ui(app, logins)
     _server_routes(router, info, shutdown)
     _cluster_routes(router, service)
     _agent_routes(router, service)

@@ -55,6 +55,7 @@ from gpulease.server.service import ClusterService
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
 from gpulease.server.telemetry.prom import RelayedMetrics
 from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
+from gpulease.server.webui import Logins
 from gpulease.state import open_database, server_owner_id, session_scope
 
 log = logging.getLogger("gpulease.server")
@@ -169,6 +170,7 @@ def _assemble(home: Path) -> _Parts:
         jobs=jobs,
         metrics=metrics,
         telemetry=reader,
+        logins=Logins(clock),
     )
     return parts
 
