@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-import gpulease.train
 from tests.components import require
 from tests.server.conftest import ROOT, ServerProcess
 from tests.waiting import wait_until
@@ -36,24 +35,19 @@ server:
     interval_s: 1
 """
 #: the managed job: 32 samples a step, 10 steps a second, a checkpoint every 20 steps, told to
-#: the agent through gpulease.train's stats file (where gpulease.train has it: REPORTS)
+#: the agent through gpulease.train's stats file
 TRAINER = """python - <<'EOF'
 import time
-try:
-    from gpulease.train import report_step, train_stats
-except ImportError:
-    report_step = None
+from gpulease.train import report_step, train_stats
 step = 0
 while True:
     time.sleep(0.1)
     step += 1
-    if report_step is not None:
-        report_step(step, samples=32)
-        if step % 20 == 0:
-            train_stats().checkpoint(step)
+    report_step(step, samples=32)
+    if step % 20 == 0:
+        train_stats().checkpoint(step)
 EOF
 """
-REPORTS = hasattr(gpulease.train, "report_step")
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -208,18 +202,16 @@ def test_the_dashboard_in_chromium(
         return any(p["train"] and p["train"]["checkpoint_step"] for n in nodes for p in n["points"])
 
     wait_until(job_gpus, 30, "relayed samples of the job's GPUs")
-    if REPORTS:
-        wait_until(job_trains, 30, "the job's relayed training figures")
+    wait_until(job_trains, 30, "the job's relayed training figures")
     browser.get(link.split("/ui/")[0] + f"/ui/job?id={job['id']}")
     _loaded(browser)
     charts = _charts(browser)
     assert set(charts) >= {"throughput", "mfu", "data-wait", "gpu-util"}
     assert len(charts["gpu-util"]["lines"]) == 2, charts  # the job's attempt's fake GPUs
-    if REPORTS:
-        throughput = charts["throughput"]["lines"]
-        assert throughput and throughput[0]["last"] > 0, charts
-        steps = browser.find_elements("css selector", "#checkpoints tbody td.num")
-        assert steps and int(steps[0].text) % 20 == 0, [s.text for s in steps]
+    throughput = charts["throughput"]["lines"]
+    assert throughput and throughput[0]["last"] > 0, charts
+    steps = browser.find_elements("css selector", "#checkpoints tbody td.num")
+    assert steps and int(steps[0].text) % 20 == 0, [s.text for s in steps]
     assert browser.find_elements("css selector", "#attempts tbody tr")
     browser.save_screenshot(str(out_dir / "job.png"))
     assert _errors(browser) == []
