@@ -111,6 +111,8 @@ def test_a_clusters_points_per_node_at_either_resolution(served: Served) -> None
     assert [p["at"] for p in coarse["nodes"][0]["points"]] == [T0 - 20]  # the bucket holds T0+15
     default = served.client.telemetry("c1")  # the last hour at 10 s
     assert default["since"] == NOW - 3600 and default["resolution_s"] == 10
+    a_moment_ago = served.client.telemetry("c1", since=NOW - 3601)  # "the last hour", said earlier
+    assert a_moment_ago["resolution_s"] == 10
     older = served.client.telemetry("c1", since=NOW - 7200)  # past the 10 s retention
     assert older["resolution_s"] == 60
 

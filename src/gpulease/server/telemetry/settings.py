@@ -36,8 +36,12 @@ class TelemetrySettings:
     retention_s: Mapping[int, float] = field(default_factory=lambda: dict(DEFAULT_RETENTION_S))
 
     def default_resolution(self, since: float, now: float) -> int:
-        """10 when ``since`` lies within the 10 s points' retention, else 60."""
-        return 10 if since >= now - self.retention_s[10] else 60
+        """10 when ``since`` lies within the 10 s points' retention (give or take a minute, so a
+        client's "the last hour" computed a moment earlier still gets them), else 60."""
+        return 10 if since >= now - self.retention_s[10] - _WINDOW_SLACK_S else 60
+
+
+_WINDOW_SLACK_S = 60.0
 
 
 def parse_duration(value: object, where: str) -> float:
