@@ -88,6 +88,10 @@ def test_detached_launch_then_logs_follow_returns_the_task_exit_code(
     assert data["status"] == "failed" and data["autostop"] == {
         "minutes": 30, "down": True, "gpu_utilisation_below": None}  # fmt: skip
     assert "fails: stop after 5 idle min" in _ok(user("autostop", "fails", "-i", "5")).stdout
+    ruled = _ok(user("autostop", "fails", "-i", "5", "--gpu-below", "3")).stdout
+    assert "fails: stop after 5 idle min (idle: no task, or GPUs below 3%)" in ruled
+    refused = user("autostop", "fails", "-i", "5", "--gpu-below", "0")
+    assert "gpu_utilisation_below" in _ok(refused, 2).stderr
     _ok(user("down", "fails"))
 
 

@@ -139,9 +139,21 @@ def test_autostop_is_set_and_cleared(http: TestClient) -> None:
     http.post("/v1/clusters", json={"task": task_body("true", name="auto")})
     view = http.post("/v1/clusters/auto/autostop", json={"minutes": 10, "down": True}).json()
     assert view["autostop"] == {"minutes": 10, "down": True, "gpu_utilisation_below": None}
+    body = {"minutes": 10, "gpu_utilisation_below": 7.5}
+    view = http.post("/v1/clusters/auto/autostop", json=body).json()
+    assert view["autostop"] == {"minutes": 10, "down": False, "gpu_utilisation_below": 7.5}
+    view = http.post("/v1/clusters/auto/autostop", json={"minutes": 20}).json()  # rule kept
+    assert view["autostop"] == {"minutes": 20, "down": False, "gpu_utilisation_below": 7.5}
+    body = {"minutes": 20, "gpu_utilisation_below": None}  # rule cleared, minutes kept
+    view = http.post("/v1/clusters/auto/autostop", json=body).json()
+    assert view["autostop"] == {"minutes": 20, "down": False, "gpu_utilisation_below": None}
+    http.post("/v1/clusters/auto/autostop", json={"minutes": 20, "gpu_utilisation_below": 5})
     view = http.post("/v1/clusters/auto/autostop", json={"minutes": None}).json()
     assert view["autostop"] == {"minutes": None, "down": False, "gpu_utilisation_below": None}
     assert http.post("/v1/clusters/auto/autostop", json={"minutes": -1}).status_code == 422
+    bad = {"minutes": 5, "gpu_utilisation_below": 101}
+    response = http.post("/v1/clusters/auto/autostop", json=bad)
+    assert response.status_code == 422 and "gpu_utilisation_below" in response.text
 
 
 def test_the_tasks_autostop_is_stored_and_launch_i_and_down_override_it(

@@ -181,17 +181,30 @@ def autostop(
         int, typer.Option("--idle-minutes", "-i", min=0, help="Idle minutes before stopping.")
     ],
     down_: Annotated[bool, typer.Option("--down", help="Terminate instead of stopping.")] = False,
+    gpu_below: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-utilisation-below",
+            "--gpu-below",
+            min=0.0,
+            max=100.0,
+            help="Also idle while every GPU stays below this %% (kept when left out).",
+        ),
+    ] = None,
     cancel: Annotated[bool, typer.Option("--cancel", help="Turn autostop off.")] = False,
 ) -> None:
     """Stop (or, with --down, terminate) the cluster after it has been idle this long."""
     with client() as api:
-        view = api.autostop(name, None if cancel else idle_minutes, down=down_)
+        minutes = None if cancel else idle_minutes
+        view = api.autostop(name, minutes, down=down_, gpu_utilisation_below=gpu_below)
     auto = view["autostop"]
     if auto["minutes"] is None:
         typer.echo(f"{name}: autostop off")
-    else:
-        action = "terminate" if auto["down"] else "stop"
-        typer.echo(f"{name}: {action} after {auto['minutes']} idle min")
+        return
+    action = "terminate" if auto["down"] else "stop"
+    below = auto.get("gpu_utilisation_below")
+    rule = f" (idle: no task, or GPUs below {below:g}%)" if below is not None else ""
+    typer.echo(f"{name}: {action} after {auto['minutes']} idle min{rule}")
 
 
 def check(as_json: Json = False) -> None:

@@ -117,8 +117,20 @@ class Client:
     def start(self, name: str) -> dict[str, Any]:
         return self._http.json("POST", f"/v1/clusters/{name}/start")
 
-    def autostop(self, name: str, minutes: int | None, *, down: bool = False) -> dict[str, Any]:
-        body = {"minutes": minutes, "down": down}
+    def autostop(
+        self,
+        name: str,
+        minutes: int | None,
+        *,
+        down: bool = False,
+        gpu_utilisation_below: float | None = None,
+    ) -> dict[str, Any]:
+        """Autostop after ``minutes`` idle (None: off, the load rule too); with
+        ``gpu_utilisation_below``, idle also while the GPUs stay below that percentage (left
+        out: the cluster keeps the rule it has)."""
+        body: dict[str, Any] = {"minutes": minutes, "down": down}
+        if gpu_utilisation_below is not None:
+            body["gpu_utilisation_below"] = gpu_utilisation_below
         return self._http.json("POST", f"/v1/clusters/{name}/autostop", json=body)
 
     def logs(self, name: str, offset: int = 0, *, rank: int = 0, wait_s: float = 0.0) -> LogChunk:

@@ -26,7 +26,7 @@ from gpulease.errors import GpuleaseError, Retryable, UserInputError
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
-from gpulease.server.service import ClusterService, Conflict, NotFound
+from gpulease.server.service import KEEP_GPU_RULE, ClusterService, Conflict, NotFound
 from gpulease.server.telemetry.reads import TelemetryReader
 from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
 from gpulease.state import ClusterExists
@@ -53,6 +53,8 @@ class JobLaunchBody(_Body):
 class AutostopBody(_Body):
     minutes: int | None = Field(default=None, ge=0)
     down: bool = False
+    # the load rule (percent); left out: the cluster keeps its rule; minutes None clears it too
+    gpu_utilisation_below: float | None = Field(default=None, gt=0, le=100)
 
 
 class ExecBody(_Body):
@@ -187,7 +189,9 @@ def _cluster_routes(router: APIRouter, service: ClusterService) -> None:
 
     @router.post("/clusters/{name}/autostop")
     def autostop(name: str, body: AutostopBody) -> dict[str, Any]:
-        return service.autostop(name, body.minutes, body.down)
+        given = "gpu_utilisation_below" in body.model_fields_set
+        gpu_below = body.gpu_utilisation_below if given else KEEP_GPU_RULE
+        return service.autostop(name, body.minutes, body.down, gpu_below=gpu_below)
 
 
 def _agent_routes(router: APIRouter, service: ClusterService) -> None:

@@ -53,6 +53,13 @@ _C = ClusterStatus
 ACTOR = "user"
 
 
+class KeepGpuRule:
+    """The type of :data:`KEEP_GPU_RULE`: ``autostop`` leaves the cluster's load rule as it is."""
+
+
+KEEP_GPU_RULE = KeepGpuRule()
+
+
 class NotFound(UserInputError):
     """No cluster of that name."""
 
@@ -237,12 +244,27 @@ class ClusterService:
         if not isinstance(provider, SupportsStopStart):
             raise Conflict(f"cluster {name!r}: its provider cannot stop and start instances")
 
-    def autostop(self, name: str, minutes: int | None, down: bool) -> dict[str, Any]:
+    def autostop(
+        self,
+        name: str,
+        minutes: int | None,
+        down: bool,
+        *,
+        gpu_below: float | KeepGpuRule | None = KEEP_GPU_RULE,
+    ) -> dict[str, Any]:
+        """Set the cluster's autostop: ``minutes`` None turns it off (the load rule too);
+        ``gpu_below`` sets or (None) clears the load rule, ``KEEP_GPU_RULE`` keeps it."""
         if minutes is not None and minutes < 0:
             raise UserInputError("minutes: must be 0 or more")
+        if isinstance(gpu_below, float | int) and not 0 < gpu_below <= 100:
+            raise UserInputError("gpu_utilisation_below: a percentage above 0, at most 100")
         with session_scope(self.engine) as session:
             cluster = self._find(session, name)
             cluster.autostop_minutes, cluster.autostop_down = minutes, down
+            if minutes is None:
+                cluster.autostop_gpu_below = None
+            elif not isinstance(gpu_below, KeepGpuRule):
+                cluster.autostop_gpu_below = gpu_below
             record_activity(session, cluster.id, now=self.clock.now())
             view = cluster_view(session, cluster)
         self.wake()
