@@ -45,6 +45,7 @@ providers:
     accelerator: T4
     gpu_load: [30, 70]
     gpu_memory: [25, 50]
+    price_per_gpu_hour: 0.35
 server:
   telemetry:
     interval_s: 1
@@ -200,9 +201,8 @@ def test_promql_returns_the_scripted_utilisation_per_node_and_the_price(watched:
 
     view = watched.server.api.cluster(watched.cluster)
     price = watched.query(f'gpulease_cluster_price_usd_per_hour{{cluster="{watched.cluster}"}}')
-    assert len(price) == 1 and float(price[0]["value"][1]) == pytest.approx(
-        view["price_per_hour"] or 0.0
-    ), (price, view)
+    assert len(price) == 1, price
+    assert float(price[0]["value"][1]) == pytest.approx(view["price_per_hour"]) == 2 * 0.35
     job_price = watched.query(f'gpulease_job_price_usd_per_hour{{job_id="{watched.job_id}"}}')
     assert len(job_price) == 1 and job_price[0]["metric"]["cluster"] == watched.cluster
     assert float(job_price[0]["value"][1]) == float(price[0]["value"][1])
@@ -283,10 +283,10 @@ def test_the_alert_rules_evaluate_on_the_real_series(watched: Watched) -> None:
     evaluated = wait_until(evaluated_once, 30, "every rule to be evaluated")
     assert {r["name"] for r in evaluated} == names
     assert [(r["name"], r["lastError"]) for r in evaluated if r["health"] != "ok"] == []
-    # the idle rule's join on real labels: with its thresholds moved (busy 50 %, $0/h) it
-    # selects exactly this cluster, with the job's id
+    # the idle rule's join on real labels: with its threshold moved (busy 50 %; the fake GPUs
+    # are billed at $0.35/h each) it selects exactly this cluster, with the job's id
     idle = next(r for r in evaluated if r["name"] == "GpuleaseGpusIdleWhileBilled")["query"]
-    moved = idle.replace("< 10", "< 60").replace("> 0", ">= 0")
+    moved = idle.replace("< 10", "< 60")
     assert moved != idle
     found = watched.query(moved)
     assert [(s["metric"]["cluster"], s["metric"]["job_id"]) for s in found] == [

@@ -108,3 +108,33 @@ def test_cpu_nodes_report_no_gpus(loaded: Harness) -> None:
     samples = wait_until(lambda: client.metrics()["samples"], what="a sample")
     assert samples[0]["gpus"] == [] and samples[0]["node"]["cpu_count"] >= 1
     client.close()
+
+
+def test_a_price_per_fake_gpu_hour_prices_the_gpu_shapes_and_their_instances(
+    tmp_path: Path,
+) -> None:
+    from gpulease.catalog import Catalog
+
+    config = {"root": str(tmp_path / "local"), "gpus": 4, "price_per_gpu_hour": 0.25}
+    provider = LocalProvider.from_config({"providers": {"local": config}}, kill_grace_s=0.3)
+    table = provider.offers(Catalog.load()).table
+    prices = {
+        str(k): float(v) for k, v in zip(table.instance_type, table.price_on_demand, strict=True)
+    }
+    assert prices == {"local-cpu": 0.0, "local-T4x1": 0.25, "local-T4x2": 0.5, "local-T4x4": 1.0}
+    harness = Harness(provider)
+    try:
+        (instance,) = harness.launch(harness.request(num_nodes=1, gpus_per_node=2))
+        assert instance.price_per_hour == 0.5
+        listed = [i for i in provider.list_instances({}) if i.id == instance.id]
+        assert [i.price_per_hour for i in listed] == [0.5]
+    finally:
+        harness.cleanup()
+
+
+@pytest.mark.parametrize("value", [-1, "cheap", True, float("nan")])
+def test_a_bad_price_per_gpu_hour_names_the_field(value: object) -> None:
+    with pytest.raises(UserInputError, match=r"providers\.local\.price_per_gpu_hour: dollars"):
+        LocalProvider.from_config(
+            {"providers": {"local": {"gpus": 1, "price_per_gpu_hour": value}}}
+        )

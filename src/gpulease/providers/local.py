@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import math
 import os
 import secrets
 import shutil
@@ -100,14 +101,18 @@ class LocalProvider(
         kill_grace_s: float = 2.0,
         keep_terminated_s: float = 86400.0,
         gpu_load: GpuLoad | None = None,
+        price_per_gpu_hour: float = 0.0,
     ) -> None:
         """``gpus``: how many fake GPUs the machine has (None: as many as asked for; it then
         sells none); ``accelerator``: what they are called in the catalog; ``gpu_load``: what
-        their agents report (see :mod:`._local_gpus`; default idle)."""
+        their agents report (see :mod:`._local_gpus`; default idle); ``price_per_gpu_hour``: a
+        make-believe price of each fake GPU (default 0), so $/h, costs and budgets show on this
+        machine (the CPU-only shape stays free)."""
         self.root = root
         self.gpus = gpus
         self.accelerator = accelerator
         self.gpu_load = gpu_load or GpuLoad()
+        self.price_per_gpu_hour = price_per_gpu_hour
         self._clock = clock or SystemClock()
         self._python = python
         self._boot_wait_s = boot_wait_s
@@ -120,7 +125,7 @@ class LocalProvider(
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None = None, **kw: Any) -> LocalProvider:
         """From the ``providers.local`` section of the config file (``root``, ``gpus``,
-        ``accelerator``, ``gpu_load``, ``gpu_memory``)."""
+        ``accelerator``, ``gpu_load``, ``gpu_memory``, ``price_per_gpu_hour``)."""
         section = (load_config() if config is None else config).get("providers", {}) or {}
         local = section.get("local", {}) or {}
         gpus = local.get("gpus")
@@ -133,6 +138,7 @@ class LocalProvider(
             )
         root = Path(local.get("root", home() / "local")).expanduser()
         kw.setdefault("gpu_load", parse_gpu_load(local, gpus))
+        kw.setdefault("price_per_gpu_hour", _price_per_gpu_hour(local))
         return cls(root, gpus=gpus, accelerator=accelerator, **kw)
 
     # ---- the Provider contract ---------------------------------------------------------------
@@ -209,7 +215,8 @@ class LocalProvider(
             while count <= self.gpus:
                 name = f"local-{spec.name}x{count}"
                 rows.append(offer_row("local", name, accelerator=spec.name, part=spec.part,
-                                      gpus=count, memory=spec.memory_gb))  # fmt: skip
+                                      gpus=count, memory=spec.memory_gb,
+                                      price_on_demand=count * self.price_per_gpu_hour))  # fmt: skip
                 count *= 2
         return ProviderOffers(offer_table(rows), {LOCAL_CPU_PART: CPU_SPEC})
 
@@ -434,9 +441,20 @@ class LocalProvider(
             node_rank=record.node_rank,
             private_ip=AGENT_HOST,
             agent_url=f"http://{AGENT_HOST}:{record.port}" if running else None,
-            price_per_hour=0.0,
+            price_per_hour=len(record.gpus) * self.price_per_gpu_hour,
             launched_at=record.created_at,
         )
+
+
+def _price_per_gpu_hour(local: Mapping[str, Any]) -> float:
+    """``providers.local.price_per_gpu_hour``: dollars, a finite number >= 0 (default 0)."""
+    value = local.get("price_per_gpu_hour", 0.0)
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if not valid or not math.isfinite(value) or value < 0:
+        raise UserInputError(
+            f"providers.local.price_per_gpu_hour: dollars per fake GPU-hour >= 0, not {value!r}"
+        )
+    return float(value)
 
 
 def _instance_id(request_id: str, rank: int) -> str:
