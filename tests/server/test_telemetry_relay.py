@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, text
+from sqlalchemy.exc import DBAPIError
 
 from gpulease.agent.client import AgentUnavailable
 from gpulease.clock import VirtualClock
@@ -38,13 +39,15 @@ class ScriptedAgents:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
     asked: list[tuple[str, float | None]] = field(default_factory=list)
+    interval_s: float | None = None  # the agents' sampling period, as they report it
 
     def metrics(self, node: NodeRef, since: float | None) -> Mapping[str, Any]:
         self.asked.append((node.instance_id, since))
         if node.instance_id in self.down:
             raise AgentUnavailable("no answer from the agent")
         held = self.samples.get(node.instance_id, [])
-        return {"samples": [s for s in held if since is None or s["at"] > since]}
+        fresh = [s for s in held if since is None or s["at"] > since]
+        return {"interval_s": self.interval_s, "samples": fresh}
 
 
 def _cluster(engine: Engine, clock: VirtualClock, name: str, nodes: int = 2) -> int:
@@ -118,7 +121,9 @@ def test_a_restarted_relay_resumes_from_the_newest_bucket_without_double_countin
 
 def test_gpu_active_at_is_stamped_by_busy_gpus_or_an_advancing_step(engine: Engine) -> None:
     clock = VirtualClock(T0)
-    idle, busy, training = (_cluster(engine, clock, n, nodes=1) for n in ("idle", "busy", "tr"))
+    idle, busy, training, old = (
+        _cluster(engine, clock, n, nodes=1) for n in ("idle", "busy", "tr", "old")
+    )
     with session_scope(engine) as session:
         session.get_one(Cluster, busy).autostop_gpu_below = 50.0
     agents = ScriptedAgents()
@@ -126,6 +131,7 @@ def test_gpu_active_at_is_stamped_by_busy_gpus_or_an_advancing_step(engine: Engi
     agents.samples["idle-0"] = [idle_sample]
     agents.samples["busy-0"] = [sample(T0, 55)]  # GPU 1 at 45: one GPU ≥ 50 is enough
     agents.samples["tr-0"] = [{**idle_sample, "train": {"step": 3}}]
+    agents.samples["old-0"] = [sample(T0 - 100, 90)]  # busy long ago (a resumed node): not now
     relay = _relay(engine, agents, clock)
     relay.run_pass()
     clock.advance(10)
@@ -133,8 +139,8 @@ def test_gpu_active_at_is_stamped_by_busy_gpus_or_an_advancing_step(engine: Engi
     relay.run_pass()
     with session_scope(engine) as session:
         stamped = {c.name: c.gpu_active_at for c in session.scalars(select(Cluster))}
-    assert stamped == {"idle": None, "busy": T0, "tr": T0 + 10}
-    assert idle != busy != training
+    assert stamped == {"idle": None, "busy": T0, "tr": T0 + 10, "old": None}
+    assert len({idle, busy, training, old}) == 4
 
 
 def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
@@ -149,7 +155,7 @@ def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
     for _ in range(6):
         relay.run_pass()
         clock.advance(10)
-    warnings = [r for r in caplog.records if "does not answer" in r.getMessage()]
+    warnings = [r for r in caplog.records if "no answer" in r.getMessage()]
     assert len(warnings) == 1 and "c1/1" in warnings[0].getMessage()
     tries = [i for i, _ in agents.asked if i == "c1-1"]
     assert 1 < len(tries) < 6  # backing off: not asked on every pass
@@ -157,8 +163,41 @@ def test_a_silent_agent_is_skipped_logged_once_and_retried_with_backoff(
     agents.down.clear()
     clock.advance(600)
     relay.run_pass()
-    assert any("answers again" in r.getMessage() for r in caplog.records)
+    assert any("relayed again" in r.getMessage() for r in caplog.records)
     assert {k[0] for k in _points(engine)} == {0, 1}
+
+
+def test_a_node_sending_what_cannot_be_read_backs_off_alone(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = VirtualClock(T0)
+    _cluster(engine, clock, "c1")
+    agents = ScriptedAgents()
+    agents.samples["c1-0"] = [sample(T0, 40)]
+    agents.samples["c1-1"] = [{"at": T0, "gpus": 5}]  # not a list of GPUs
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    assert set(_points(engine)) == {(0, 10, T0), (0, 60, T0 - 20)}
+    assert any("c1/1" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_pass_whose_write_fails_is_pulled_again(engine: Engine) -> None:
+    clock = VirtualClock(T0)
+    _cluster(engine, clock, "c1", nodes=1)
+    agents = ScriptedAgents()
+    agents.samples["c1-0"] = [sample(T0, 40)]
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    agents.samples["c1-0"].append(sample(T0 + 5, 60))
+    with engine.begin() as conn:  # the table away: the pass cannot store what it pulled
+        conn.execute(text("ALTER TABLE telemetry_points RENAME TO telemetry_away"))
+    with pytest.raises(DBAPIError):
+        relay.run_pass()
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE telemetry_away RENAME TO telemetry_points"))
+    relay.run_pass()
+    assert agents.asked == [("c1-0", None), ("c1-0", T0), ("c1-0", T0)]
+    assert _points(engine) == {(0, 10, T0): (2, 50.0), (0, 60, T0 - 20): (2, 50.0)}
 
 
 def test_retention_prunes_and_gone_nodes_drop_out(engine: Engine) -> None:
@@ -217,6 +256,19 @@ def test_the_rendered_text_has_the_documented_series_and_drops_stale_nodes(
     relay_hist = families["gpulease_telemetry_relay_seconds"].samples
     assert any(s.name.endswith("_count") and s.value == 1.0 for s in relay_hist)
     assert cluster_id > 0
+
+
+def test_a_node_sampled_slowly_stays_for_three_of_its_own_periods(engine: Engine) -> None:
+    clock = VirtualClock(T0 + 11)
+    _cluster(engine, clock, "c1", nodes=1)
+    agents = ScriptedAgents(interval_s=20.0)  # the agent samples every 20 s: 60 s of grace
+    agents.samples["c1-0"] = [sample(T0 - 25, 10)]
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    assert b'gpulease_gpu_utilization_percent{cluster="c1"' in relay.metrics.text()
+    clock.advance(30)
+    relay.run_pass()
+    assert b'gpulease_gpu_utilization_percent{cluster="c1"' not in relay.metrics.text()
 
 
 def _id(engine: Engine, name: str) -> int:

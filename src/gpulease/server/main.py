@@ -1,10 +1,11 @@
 """``python -m gpulease.server run [--host H] [--port P]``: the server process.
 
 Start-up: take ``<home>/server.lock`` (one server per home; a second exits with code 3), open and
-migrate the state DB, build the providers, the agent connector and the reconcile loop, bind the
-port (``--port 0``: any free one), write ``<home>/server.json`` (``pid``, ``host``, ``port``,
-``url``) for the client, serve the API with uvicorn until SIGTERM / SIGINT / ``POST
-/v1/server/shutdown``, then stop the loop and remove ``server.json``. Clusters keep running while
+migrate the state DB, build the providers, the agent connector, the reconcile loop and the
+telemetry relay (its own thread, :mod:`gpulease.server.telemetry.relay`), bind the port
+(``--port 0``: any free one), write ``<home>/server.json`` (``pid``, ``host``, ``port``, ``url``)
+for the client, serve the API with uvicorn until SIGTERM / SIGINT / ``POST /v1/server/shutdown``,
+then stop the loops and remove ``server.json``. Clusters keep running while
 the server is away; the next server resumes them from the DB.
 """
 

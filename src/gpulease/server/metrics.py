@@ -9,9 +9,9 @@ call counts are in :mod:`gpulease.server.metrics_jobs`. Counters come from the s
 (``status_changes``) and the job rows, which are never deleted, so they only grow, across server
 restarts too. Moves no states.
 
-The node and job metrics the agents relay (GPU utilisation, memory, …) come in a later step as
-another :data:`MetricSource` passed to :func:`render`: a callable returning ready text (rendered
-once per relay, so a scrape only concatenates).
+The node and job metrics the agents relay (GPU utilisation, memory, …) are another
+:data:`MetricSource` passed to :func:`render`: a callable returning ready text (rendered once per
+relay pass by :mod:`gpulease.server.telemetry.prom`, so a scrape only concatenates).
 """
 
 from __future__ import annotations

@@ -16,11 +16,12 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class NodeLatest:
-    """One node's newest sample and the labels it is shown under."""
+    """One node's newest sample; ``interval_s``: how often its agent samples (when it says)."""
 
     cluster_id: int
     node_rank: int
     sample: Mapping[str, Any]
+    interval_s: float | None = None
 
     @property
     def at(self) -> float:
@@ -32,9 +33,16 @@ class LatestSamples:
         self._lock = threading.Lock()
         self._nodes: dict[tuple[int, int], NodeLatest] = {}
 
-    def put(self, cluster_id: int, node_rank: int, sample: Mapping[str, Any]) -> None:
+    def put(
+        self,
+        cluster_id: int,
+        node_rank: int,
+        sample: Mapping[str, Any],
+        interval_s: float | None = None,
+    ) -> None:
+        latest = NodeLatest(cluster_id, node_rank, sample, interval_s)
         with self._lock:
-            self._nodes[(cluster_id, node_rank)] = NodeLatest(cluster_id, node_rank, sample)
+            self._nodes[(cluster_id, node_rank)] = latest
 
     def get(self, key: tuple[int, int]) -> NodeLatest | None:
         with self._lock:

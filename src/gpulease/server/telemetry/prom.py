@@ -5,8 +5,8 @@ Owns :class:`NodeLabels` (the labels every relayed series of a node carries, and
 it writes) and :class:`RelayedMetrics` (a :data:`~gpulease.server.metrics.MetricSource`: the
 relay calls :meth:`~RelayedMetrics.update` after each pass, which renders the text into bytes; a
 scrape only reads them). Values are each node's newest raw sample, in Prometheus base units
-(MB → bytes, MHz → hertz); a node whose newest sample is older than 3 relay intervals drops
-out. Moves no states.
+(MB → bytes, MHz → hertz); a node whose newest sample is older than 3 intervals drops out
+(the relay's interval, or the agent's sampling period when that is longer). Moves no states.
 """
 
 from __future__ import annotations
@@ -99,17 +99,19 @@ class RelayedMetrics:
         with self._lock:
             return self._text
 
+    def stale(self, latest: NodeLatest, now: float) -> bool:
+        """Whether the node's newest sample is older than 3 intervals (the relay's, or its
+        agent's sampling period when longer)."""
+        period = max(self.interval_s, latest.interval_s or 0.0)
+        return now - latest.at > STALE_INTERVALS * period
+
     def update(
         self,
         nodes: Sequence[tuple[NodeLabels, NodeLatest | None]],
         now: float,
         times: PassTimes | None = None,
     ) -> None:
-        fresh = [
-            (labels, latest)
-            for labels, latest in nodes
-            if latest is not None and now - latest.at <= STALE_INTERVALS * self.interval_s
-        ]
+        fresh = [(labels, n) for labels, n in nodes if n is not None and not self.stale(n, now)]
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(fresh, now, times))
         rendered = generate_latest(registry)

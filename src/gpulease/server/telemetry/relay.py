@@ -49,7 +49,7 @@ from gpulease.server.telemetry.fold import (
     train_step,
 )
 from gpulease.server.telemetry.latest import LatestSamples
-from gpulease.server.telemetry.prom import NodeLabels, RelayedMetrics
+from gpulease.server.telemetry.prom import STALE_INTERVALS, NodeLabels, RelayedMetrics
 from gpulease.server.telemetry.settings import TelemetrySettings
 from gpulease.server.telemetry.store import PointRow, prune, resume_points, upsert_points
 from gpulease.state import session_scope
@@ -96,6 +96,14 @@ class _Track:
     failures: int = 0
     retry_at: float = float("-inf")
 
+    def saved(self) -> tuple[float | None, dict[float, Mapping[str, Any]], int | None]:
+        return self.last_at, dict(self.pending), self.last_step
+
+    def restore(
+        self, state: tuple[float | None, dict[float, Mapping[str, Any]], int | None]
+    ) -> None:
+        self.last_at, self.pending, self.last_step = state
+
 
 class Relay:
     def __init__(
@@ -128,11 +136,26 @@ class Relay:
         nodes = self._live_nodes()
         self._forget_all_but(nodes)
         self._resume(nodes)
+        saved = {key: track.saved() for key, track in self._tracks.items()}
         rows: list[PointRow] = []
         active: set[int] = set()
         for node in nodes:
-            rows.extend(self._pull(node, active))
+            try:
+                rows.extend(self._pull(node, active))
+            except Exception as exc:  # a sample this code cannot fold: that node backs off
+                self._failed(node, self._tracks[node.key], exc, self.clock.now(), "failed")
         now = self.clock.now()
+        try:
+            self._write(rows, active, now)
+        except Exception:  # nothing stored: the next pass asks the agents for these samples again
+            for key, state in saved.items():
+                self._tracks[key].restore(state)
+            raise
+        self.times.observe("relay", time.perf_counter() - started)
+        self.metrics.update([(n.labels, self.latest.get(n.key)) for n in nodes], now, self.times)
+        return self._relayed
+
+    def _write(self, rows: Sequence[PointRow], active: set[int], now: float) -> None:
         with session_scope(self.engine) as session:
             upsert_points(session, rows)
             if active:
@@ -144,9 +167,6 @@ class Relay:
                 self._next_prune = now + PRUNE_EVERY_S
                 if pruned:
                     log.debug("telemetry: pruned %d point(s) past retention", pruned)
-        self.times.observe("relay", time.perf_counter() - started)
-        self.metrics.update([(n.labels, self.latest.get(n.key)) for n in nodes], now, self.times)
-        return self._relayed
 
     def _live_nodes(self) -> list[LiveNode]:
         with session_scope(self.engine) as session:
@@ -193,32 +213,43 @@ class Relay:
             self._failed(node, track, exc, now)
             return []
         if track.failures:
-            log.info("telemetry: node %s answers again", _name(node))
+            log.info("telemetry: node %s: relayed again", _name(node))
             track.failures, track.retry_at = 0, float("-inf")
         if not samples:
             return []
-        if self._active(node, track, samples):
+        period = answer.get("interval_s")
+        period = float(period) if isinstance(period, int | float) and period > 0 else None
+        window = STALE_INTERVALS * max(self.settings.interval_s, period or 0.0)
+        if self._active(node, track, samples, now - window):
             active.add(node.labels.cluster_id)
-        self.latest.put(*node.key, samples[-1])
+        self.latest.put(*node.key, samples[-1], period)
         self._relayed += len(samples)
         return self._fold(node, track, samples)
 
-    def _failed(self, node: LiveNode, track: _Track, exc: Exception, now: float) -> None:
+    def _failed(
+        self, node: LiveNode, track: _Track, exc: Exception, now: float, what: str = "no answer"
+    ) -> None:
         track.failures += 1
         base = self.settings.interval_s
         track.retry_at = now + backoff_delay(track.failures, base=base, cap=30 * base,
                                              rng=self.rng)  # fmt: skip
         if track.failures == 1:
-            log.warning("telemetry: node %s does not answer (%s: %s); retrying with backoff",
-                        _name(node), type(exc).__name__, exc)  # fmt: skip
+            log.warning("telemetry: node %s: %s (%s: %s); retrying with backoff", _name(node),
+                        what, type(exc).__name__, exc)  # fmt: skip
 
-    def _active(self, node: LiveNode, track: _Track, samples: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether any GPU is at or above the cluster's threshold, or the train step advanced."""
+    def _active(
+        self, node: LiveNode, track: _Track, samples: Sequence[Mapping[str, Any]], after: float
+    ) -> bool:
+        """Whether, in the samples taken after ``after`` (recent ones: a resumed node's older
+        samples say nothing of now), any GPU is at or above the cluster's threshold or the
+        train step advanced past the step seen before."""
         threshold = DEFAULT_ACTIVE_PCT if node.active_below is None else node.active_below
-        busy = any(u >= threshold for s in samples for u in gpu_utilisations(s))
+        recent = [s for s in samples if float(s["at"]) >= after]
+        busy = any(u >= threshold for s in recent for u in gpu_utilisations(s))
         steps = [step for s in samples if (step := train_step(s)) is not None]
-        before = track.last_step if track.last_step is not None else (steps[0] if steps else None)
-        advanced = bool(steps) and before is not None and max(steps) > before
+        recent_steps = [step for s in recent if (step := train_step(s)) is not None]
+        before = track.last_step if track.last_step is not None else min(steps, default=None)
+        advanced = bool(recent_steps) and before is not None and max(recent_steps) > before
         if steps:
             track.last_step = max(steps)
         return busy or advanced
