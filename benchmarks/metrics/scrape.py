@@ -19,11 +19,14 @@ other's figures):
   per-node, per-GPU load. The relay really pulls, folds and stores them (``telemetry_points``)
   and renders the relayed text: 8,000 GPU samples per pass.
 
-Measured: ``--passes`` relay passes ``--relay-interval`` s apart (each pass's wall time), then
-``--scrapes`` sequential ``GET /metrics`` with the token over loopback HTTP (httpx, one
-connection): wall time per scrape, bytes, series; the process's RSS (``psutil``, after
-``gc.collect()``) once the scrapes are done. The extra memory is the RSS with nodes minus the
-RSS with none.
+Measured: ``--passes`` relay passes ``--relay-interval`` s apart, one after the other (each
+pass's wall time: pull every node over HTTP, fold, upsert, render); then the relay goes on in
+its own thread, as in the server, while ANOTHER process (this script's parent, as Prometheus
+would be) sends ``--scrapes`` ``GET /metrics`` with the token over loopback HTTP (httpx, one
+connection, ``--scrape-gap`` s apart, so some scrapes overlap a relay pass): wall time per
+scrape, bytes, series. Then the server process's RSS (``psutil``, after ``gc.collect()``). The
+extra memory is the RSS with nodes minus the RSS with none. ``GL_BENCH_TRACE_MEMORY=1`` also
+prints the traced Python memory's peak per phase and the top allocation sites (slower).
 
     python benchmarks/metrics/scrape.py [--nodes 1000] [--passes 3] [--scrapes 20] [--json F]
 
@@ -110,8 +113,9 @@ def _relay_passes(relay: Any, passes: int, interval_s: float) -> tuple[list[floa
     return pass_s, folded
 
 
-def _scrapes(port: int, scrapes: int) -> tuple[list[float], int, str]:
-    """``scrapes`` sequential GET /metrics: the seconds of each, the last one's bytes and text."""
+def _scrapes(port: int, scrapes: int, gap_s: float) -> tuple[list[float], int, str]:
+    """``scrapes`` GET /metrics ``gap_s`` apart: the seconds of each, the last one's bytes and
+    text."""
     import httpx
 
     scrape_s, size, text = [], 0, ""
@@ -122,11 +126,14 @@ def _scrapes(port: int, scrapes: int) -> tuple[list[float], int, str]:
             scrape_s.append(time.perf_counter() - started)
             response.raise_for_status()
             text, size = response.text, len(response.content)
+            time.sleep(gap_s)
     return scrape_s, size, text
 
 
-def child(nodes: int, agents_url: str, passes: int, interval_s: float, scrapes: int) -> None:
-    """One scenario: print its figures as one JSON line."""
+def child(nodes: int, agents_url: str, passes: int, interval_s: float) -> None:
+    """One scenario's server: ``passes`` timed relay passes, then the relay goes on in its own
+    thread (as in the server) while the parent scrapes; print ``{"port"}``, wait for a line on
+    stdin (the scrapes are done), print the figures as one JSON line."""
     import psutil
     from pydantic import SecretStr
 
@@ -140,7 +147,7 @@ def child(nodes: int, agents_url: str, passes: int, interval_s: float, scrapes: 
     from gpulease.server.runtime import PassTimes
     from gpulease.server.service import ClusterService
     from gpulease.server.telemetry.prom import RelayedMetrics
-    from gpulease.server.telemetry.relay import HttpMetrics, Relay
+    from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
     from gpulease.server.telemetry.settings import TelemetrySettings
     from gpulease.state import make_engine
     from gpulease.state.migrate import upgrade
@@ -160,24 +167,45 @@ def child(nodes: int, agents_url: str, passes: int, interval_s: float, scrapes: 
         endpoint = MetricsEndpoint(metrics_registry(collector), sources=(relayed.text,))
         service = ClusterService(engine, {}, agents, clock=clock, owner="bench")
         server, thread, port = _serve(create_app(service, SecretStr(TOKEN), metrics=endpoint))
+        _peak("setup")
         pass_s, folded = _relay_passes(relay, passes, interval_s)
-        scrape_s, size, text = _scrapes(port, scrapes)
+        _peak("relay passes")
+        background = RelayThread(relay)
+        background.start()
+        print(json.dumps({"port": port}), flush=True)
+        sys.stdin.readline()  # the parent's scrapes are done
+        _peak("scrapes (relay running)")
         gc.collect()
         rss = psutil.Process().memory_info().rss
+        if os.environ.get("GL_BENCH_TRACE_MEMORY"):  # where the memory is (slow: diagnosis only)
+            _print_top_allocations()
+        background.stop(120)
         server.should_exit = True
         thread.join(10)
         agents.close()
         engine.dispose()
-    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    result = {
-        "nodes": nodes, "passes_s": [round(x, 3) for x in pass_s], "samples_folded": folded,
-        "scrape_ms": {"median": round(1000 * statistics.median(scrape_s), 1),
-                      "max": round(1000 * max(scrape_s), 1), "min": round(1000 * min(scrape_s), 1)},
-        "bytes": size, "series": len(lines),
-        "gpu_series": sum(ln.startswith("gpulease_gpu_utilization_percent{") for ln in lines),
-        "rss_mb": round(rss / 1e6, 1),
-    }  # fmt: skip
+    result = {"nodes": nodes, "passes_s": [round(x, 3) for x in pass_s],
+              "samples_folded": folded, "rss_mb": round(rss / 1e6, 1)}  # fmt: skip
     print(json.dumps(result), flush=True)
+
+
+def _peak(phase: str) -> None:
+    """With ``GL_BENCH_TRACE_MEMORY``: the peak of traced Python memory since the last call."""
+    if not os.environ.get("GL_BENCH_TRACE_MEMORY"):
+        return
+    import tracemalloc
+
+    current, peak = tracemalloc.get_traced_memory()
+    print(f"{phase}: traced now {current / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB", file=sys.stderr)
+    tracemalloc.reset_peak()
+
+
+def _print_top_allocations() -> None:
+    import tracemalloc
+
+    snapshot = tracemalloc.take_snapshot()
+    for stat in snapshot.statistics("filename")[:12]:
+        print(f"{stat.size / 1e6:8.1f} MB {stat.traceback[0].filename}", file=sys.stderr)
 
 
 def _record_sample(tmp: Path, gpus: int) -> Path:
@@ -198,13 +226,29 @@ def _record_sample(tmp: Path, gpus: int) -> Path:
 
 
 def _scenario(nodes: int, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Start the scenario's server process, scrape it from this one (as Prometheus would, from
+    another process), then collect its figures."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--nodes", str(nodes),
                "--agents-url", url, "--passes", str(args.passes), "--relay-interval",
-               str(args.relay_interval), "--scrapes", str(args.scrapes)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"scenario {nodes} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+               str(args.relay_interval)]  # fmt: skip
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        port = int(json.loads(proc.stdout.readline())["port"])
+        scrape_s, size, text = _scrapes(port, args.scrapes, args.scrape_gap)
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+        result: dict[str, Any] = json.loads(proc.stdout.readline())
+    finally:
+        if proc.wait(300) != 0:
+            raise SystemExit(f"scenario {nodes} failed (exit {proc.returncode})")
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    result.update({
+        "scrape_ms": {"median": round(1000 * statistics.median(scrape_s), 1),
+                      "max": round(1000 * max(scrape_s), 1), "min": round(1000 * min(scrape_s), 1)},
+        "bytes": size, "series": len(lines),
+        "gpu_series": sum(ln.startswith("gpulease_gpu_utilization_percent{") for ln in lines),
+    })  # fmt: skip
     return result
 
 
@@ -215,6 +259,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3, help="relay passes before scraping")
     parser.add_argument("--relay-interval", type=float, default=10.0)
     parser.add_argument("--scrapes", type=int, default=20)
+    parser.add_argument("--scrape-gap", type=float, default=1.0, help="seconds between scrapes")
     parser.add_argument("--warm", type=int, default=0,
                         help="samples each synthetic agent's ring holds at the start")  # fmt: skip
     parser.add_argument("--json", type=Path)
@@ -222,7 +267,11 @@ def main() -> None:
     parser.add_argument("--agents-url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.nodes, args.agents_url, args.passes, args.relay_interval, args.scrapes)
+        if os.environ.get("GL_BENCH_TRACE_MEMORY"):
+            import tracemalloc
+
+            tracemalloc.start()
+        child(args.nodes, args.agents_url, args.passes, args.relay_interval)
         return
     with tempfile.TemporaryDirectory(prefix="gl-bench-synth-") as tmp:
         sample = _record_sample(Path(tmp), args.gpus)
