@@ -213,6 +213,10 @@ def test_a_jobs_on_demand_yardstick_is_an_offer_the_task_can_run_on(
     task = {"name": "t4", "resources": resources, "run": "true"}
     view = client.post("/v1/jobs", json={"task": task, "name": "t4"}).json()
     assert view["cost"]["on_demand_price_per_hour"] == pytest.approx(yardstick), view
+    assert view["warnings"] == []
+    ruled = {**task, "resources": {**resources, "autostop": 10}}
+    warned = client.post("/v1/jobs", json={"task": ruled, "name": "t4b"}).json()["warnings"]
+    assert [w for w in warned if w.startswith("resources.autostop: ignored by managed jobs")]
     with session_scope(engine) as session:
         row = session.get(Job, view["id"])
         assert row is not None

@@ -86,7 +86,7 @@ class JobService:
             view = job_view(session, job)
         self.wake()
         ignored = ignored_field_warnings(task.resources, (t.provider for t in (*spot, *on_demand)))
-        return {**view, "warnings": [*taken.warnings, *ignored]}
+        return {**view, "warnings": [*taken.warnings, *ignored, *_job_ignores(task)]}
 
     def _targets(self, task: Task) -> tuple[list[LaunchTarget], list[LaunchTarget]]:
         catalog = self.clusters.catalog()
@@ -278,3 +278,13 @@ def _cost_report(job: Job, doc: JobDocument | None) -> dict[str, Any]:
         "budget_usd": policy.budget_usd if policy else None,
         "deadline_hours": policy.deadline_s / 3600.0 if policy and policy.deadline_s else None,
     }
+
+
+def _job_ignores(task: Task) -> list[str]:
+    """Task fields a managed job does not use, one line each."""
+    if task.resources.autostop is None:
+        return []
+    return [
+        "resources.autostop: ignored by managed jobs (a job ends its attempt clusters itself "
+        "when it ends; autostop is for clusters from gpulease launch)"
+    ]
