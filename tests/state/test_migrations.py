@@ -29,6 +29,7 @@ TABLES = {
     "status_changes",
     "server_identity",
     "telemetry_points",
+    "ledger_entries",
 }
 
 
@@ -98,6 +99,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0004_job_claims.py",
         "0005_task_failure.py",
         "0006_telemetry.py",
+        "0007_ledger.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

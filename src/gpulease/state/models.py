@@ -3,8 +3,8 @@
 Owns the schema (the alembic migrations in ``migrations/versions`` must match it; a test checks):
 :class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`Job` (managed jobs),
 :class:`StatusChange` (history), :class:`TelemetryPoint` (the nodes' downsampled
-telemetry) and :class:`ServerIdentity`. It moves no states: every status
-column is written by :func:`gpulease.state.status.set_status` only.
+telemetry), :class:`LedgerEntry` (the cost ledger) and :class:`ServerIdentity`. It moves no
+states: every status column is written by :func:`gpulease.state.status.set_status` only.
 
 Conventions: ids are never reused (AUTOINCREMENT on SQLite, sequences on PostgreSQL), so
 history rows keyed by entity id stay unambiguous after a row is deleted; timestamps are UTC seconds
@@ -293,6 +293,59 @@ class TelemetryPoint(Base):
     at: Mapped[float]  # the bucket's start, a multiple of resolution_s
     samples: Mapped[int] = mapped_column(Integer)
     data: Mapped[dict[str, Any]]
+
+
+class LedgerEntry(Base):
+    """One billed interval: a node (``kind`` ``instance``) at one price, a stopped node's volumes
+    (``volume``) or a checkpoint store's bytes (``storage``), from ``started_at`` to ``ended_at``.
+    The open row (``closed`` false) has its end advanced by the controller's accrual from
+    timestamps, so a pass repeated or delayed bills each second once; it closes when the price
+    changes (a new row starts at that instant) or the node's termination is confirmed.
+    ``billed_s`` is the interval after the provider's ``billing`` rule (e.g. ``second:60``: per
+    second, 60 s minimum per instance run; ``minute``; ``hour``), ``cost_usd`` its price.
+    ``entry_key`` (unique: e.g. ``instance:<node id>:<started_at>``) makes the inserts
+    idempotent. The dimensions are copied, and there is no foreign key, so the ledger outlives
+    clusters, nodes and jobs."""
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (
+        Index(None, "started_at"),
+        Index(None, "ended_at"),
+        Index(None, "cluster_id"),
+        Index(None, "job_id"),
+        Index(None, "closed"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry_key: Mapped[str] = mapped_column(String(255), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # instance | volume | storage
+    node_id: Mapped[int | None] = mapped_column(Integer)
+    instance_id: Mapped[str | None] = mapped_column(String(128))
+    cluster_id: Mapped[int | None] = mapped_column(Integer)
+    cluster_name: Mapped[str | None] = mapped_column(String(255))
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    service: Mapped[str | None] = mapped_column(String(255))
+    task_name: Mapped[str | None] = mapped_column(String(255))
+    user: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(64))
+    region: Mapped[str | None] = mapped_column(String(64))
+    zone: Mapped[str | None] = mapped_column(String(64))
+    instance_type: Mapped[str | None] = mapped_column(String(128))
+    accelerator: Mapped[str | None] = mapped_column(String(64))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    pricing: Mapped[str] = mapped_column(String(16))  # on_demand | spot | reserved
+    price_per_hour: Mapped[float]  # in force over the row (storage/volume: for its quantity)
+    on_demand_price_per_hour: Mapped[float | None]  # the same offer on demand (spot savings)
+    quantity: Mapped[float | None]  # GB for volume / storage rows
+    billing: Mapped[str] = mapped_column(String(32))  # second:60 | minute | hour | ...
+    started_at: Mapped[float]
+    ended_at: Mapped[float]
+    closed: Mapped[bool] = mapped_column(Boolean)
+    billed_s: Mapped[float]
+    cost_usd: Mapped[float]
+    created_at: Mapped[float]
+    updated_at: Mapped[float]
 
 
 class ServerIdentity(Base):
