@@ -48,19 +48,25 @@ def configure_sim(cli: Cli, settings: str) -> Cli:
     return cli
 
 
-def stop_server_and_sim_nodes(cli: Cli) -> None:
-    """Stop the home's server and make sure no sim node process outlives the test."""
+def stop_server_and_nodes(cli: Cli, nodes_dir: str = "local") -> None:
+    """Stop the home's server and make sure no node process of the local provider (whose root
+    is ``home/nodes_dir``: ``local``, or ``sim/local`` for the sim's nodes) outlives the test."""
     from gpulease.providers.base import InstanceState
     from gpulease.providers.local import LocalProvider
     from tests.providers.procs import node_pids
     from tests.server.conftest import wait_until
 
     cli("server", "stop")
-    nodes = LocalProvider(cli.home / "sim" / "local", kill_grace_s=0.5)
+    nodes = LocalProvider(cli.home / nodes_dir, kill_grace_s=0.5)
     live = [i.id for i in nodes.list_instances({}) if i.state is not InstanceState.TERMINATED]
     if live:
         nodes.terminate(live)
-        wait_until(lambda: not node_pids(nodes, live) or None, 20, "sim nodes to die")
+        wait_until(lambda: not node_pids(nodes, live) or None, 20, f"{nodes_dir} nodes to die")
+
+
+def stop_server_and_sim_nodes(cli: Cli) -> None:
+    """Stop the home's server and make sure no sim node process outlives the test."""
+    stop_server_and_nodes(cli, "sim/local")
 
 
 def show_job(cli: Cli, job_id: int = 1) -> dict[str, Any]:

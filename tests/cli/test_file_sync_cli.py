@@ -14,12 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulease.providers.base import InstanceState
-from gpulease.providers.local import LocalProvider
-from tests.cli.conftest import Cli
+from tests.cli.conftest import Cli, stop_server_and_nodes
 from tests.filesync.trees import build
-from tests.providers.procs import node_pids
-from tests.server.conftest import wait_until
 
 
 @pytest.fixture
@@ -27,12 +23,7 @@ def user(cli: Cli) -> Iterator[Cli]:
     cli.home.mkdir(parents=True, exist_ok=True)
     (cli.home / "config.yaml").write_text("file_sync:\n  max_size_mb: 1\n")
     yield cli
-    cli("server", "stop")
-    provider = LocalProvider(cli.home / "local", kill_grace_s=0.5)
-    live = [i.id for i in provider.list_instances({}) if i.state is not InstanceState.TERMINATED]
-    if live:
-        provider.terminate(live)
-        wait_until(lambda: not node_pids(provider, live) or None, 20, "nodes to die")
+    stop_server_and_nodes(cli)
 
 
 def run_in(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -17,10 +17,7 @@ from typing import Any
 import pytest
 
 from gpulease.cli.top_cmd import render
-from gpulease.providers.base import InstanceState
-from gpulease.providers.local import LocalProvider
-from tests.cli.conftest import Cli
-from tests.providers.procs import node_pids
+from tests.cli.conftest import Cli, stop_server_and_nodes
 from tests.waiting import wait_until
 
 CONFIG = """\
@@ -41,12 +38,7 @@ def user(cli: Cli) -> Iterator[Cli]:
     cli.home.mkdir(parents=True, exist_ok=True)
     (cli.home / "config.yaml").write_text(CONFIG)
     yield cli
-    cli("server", "stop")
-    provider = LocalProvider(cli.home / "local", kill_grace_s=0.5)
-    live = [i.id for i in provider.list_instances({}) if i.state is not InstanceState.TERMINATED]
-    if live:
-        provider.terminate(live)
-        wait_until(lambda: not node_pids(provider, live) or None, 20, "nodes to die")
+    stop_server_and_nodes(cli)
 
 
 def _ok(result: subprocess.CompletedProcess[str], code: int = 0) -> str:

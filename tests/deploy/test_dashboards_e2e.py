@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,9 @@ import yaml
 from gpulease.providers.base import InstanceState
 from tests.components import require
 from tests.deploy.dashboards import Target, targets, variable_queries
+from tests.prometheus import query as prometheus_query
+from tests.prometheus import start_prometheus
+from tests.prometheus import stop as stop_prometheus
 from tests.server.conftest import ROOT, ServerProcess
 from tests.waiting import wait_until
 
@@ -86,12 +88,6 @@ for step, (x, y) in enumerate(timed_batches(batches()), start=1):
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Watched:
     """The running system: the server, its job, the attempt cluster and Prometheus's URL."""
@@ -102,18 +98,7 @@ class Watched:
     prometheus: str
 
     def query(self, promql: str) -> list[dict[str, Any]]:
-        answer = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": promql},
-                           timeout=10).json()  # fmt: skip
-        assert answer["status"] == "success", (promql, answer)
-        result: list[dict[str, Any]] = answer["data"]["result"]
-        return result
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+        return prometheus_query(self.prometheus, promql)
 
 
 def _prometheus(home: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -124,25 +109,7 @@ def _prometheus(home: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
     config = work / "prometheus.yml"  # the printed config, plus the alert rules every second
     rules = f"global:\n  evaluation_interval: 1s\nrule_files:\n  - {json.dumps(str(ALERTS))}\n"
     config.write_text(out.stdout + rules)
-    port = _free_port()
-    with open(work / "prometheus.log", "ab") as log:
-        proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={work / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _ready(url), 30, "prometheus to be ready")
-    return proc, url
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    return start_prometheus(config, work)
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +139,7 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
         yield watched
     finally:
         if prometheus is not None:
-            _stop(prometheus)
+            stop_prometheus(prometheus)
         server.stop()
         provider = server.provider()
         live = [
@@ -235,9 +202,16 @@ def test_the_dashboard_variables_list_the_cluster_and_the_job(watched: Watched) 
     for board, name, query in variable_queries():
         metric, label = query.removeprefix("label_values(").removesuffix(")").split(", ")
         assert label == name, (board, query)
-        answer = httpx.get(f"{watched.prometheus}/api/v1/label/{label}/values",
-                           params={"match[]": metric}, timeout=10).json()  # fmt: skip
-        assert answer["status"] == "success" and expected[name] in answer["data"], (board, answer)
+
+        def values(label: str = label, metric: str = metric) -> list[str]:
+            answer = httpx.get(f"{watched.prometheus}/api/v1/label/{label}/values",
+                               params={"match[]": metric}, timeout=10).json()  # fmt: skip
+            assert answer["status"] == "success", (label, answer)
+            found: list[str] = answer["data"]
+            return found
+
+        # the series come after a relay and a scrape: wait for them, as a user's Grafana would
+        wait_until(lambda n=name, v=values: expected[n] in v(), 60, f"{board}: {query} values")
 
 
 @pytest.mark.slow

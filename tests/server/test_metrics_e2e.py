@@ -7,7 +7,6 @@ and ``server.metrics.open_to_loopback`` letting a loopback scraper in without on
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,17 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulease.providers.base import InstanceState
 from gpulease.providers.local import LocalProvider
 from tests.components import require
+from tests.prometheus import query, start_prometheus, stop
 from tests.providers.procs import node_pids
 from tests.server.conftest import ROOT, ServerProcess
 from tests.waiting import wait_until
 
 SIM = "providers:\n  sim:\n    time_scale: 60\n    provision_seconds: [0, 0]\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -62,40 +56,15 @@ def prometheus(tmp_path: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(config: Path) -> str:
-        port = _free_port()
-        log = open(tmp_path / "prometheus.log", "ab")  # noqa: SIM115 - the child keeps it
-        procs.append(subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        ))  # fmt: skip
-        log.close()
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _ready(url), 30, "prometheus to be ready")
+        work = tmp_path / f"prometheus-{len(procs)}"
+        work.mkdir()
+        proc, url = start_prometheus(config, work)
+        procs.append(proc)
         return url
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _query(url: str, promql: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5).json()
-    assert answer["status"] == "success", answer
-    result: list[dict[str, Any]] = answer["data"]["result"]
-    return result
+        stop(proc)
 
 
 def server_url(server: ServerProcess) -> str:
@@ -127,21 +96,21 @@ def test_prometheus_scrapes_the_server_with_the_printed_config(
     config.write_text(out.stdout)
     url = prometheus(config)
 
-    up = wait_until(lambda: _query(url, 'up{job="gpulease"} == 1') or None, 30, "a scrape")
+    up = wait_until(lambda: query(url, 'up{job="gpulease"} == 1') or None, 30, "a scrape")
     assert up[0]["metric"]["instance"] == server_url(server).removeprefix("http://")
     running = wait_until(
-        lambda: _query(url, 'gpulease_clusters{status="running"}') or None, 30, "the gauge"
+        lambda: query(url, 'gpulease_clusters{status="running"}') or None, 30, "the gauge"
     )
     assert float(running[0]["value"][1]) == 1
-    price = _query(url, 'gpulease_cluster_price_usd_per_hour{cluster="watched"}')
+    price = query(url, 'gpulease_cluster_price_usd_per_hour{cluster="watched"}')
     assert len(price) == 1, price
     labels = price[0]["metric"]
     assert float(price[0]["value"][1]) == pytest.approx(view["price_per_hour"])
     assert labels["provider"] == "sim" and labels["instance_type"] == view["instance_type"]
     assert labels["spot"] == "false" and labels["job"] == "gpulease"  # the scrape job's label
-    assert _query(url, "gpulease_launches_total >= 1")
-    assert _query(url, 'gpulease_reconcile_pass_seconds_count{loop="clusters"} > 0')
-    assert _query(url, 'gpulease_nodes{status="ready"} == 1')
+    assert query(url, "gpulease_launches_total >= 1")
+    assert query(url, 'gpulease_reconcile_pass_seconds_count{loop="clusters"} > 0')
+    assert query(url, 'gpulease_nodes{status="ready"} == 1')
 
 
 @pytest.mark.slow
