@@ -17,7 +17,8 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``ledger``      the cost ledger's writer (the only one): open, advance, close, price splits
 
 See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config`,
-:mod:`gpulease.billing` and :mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and pydantic.
+:mod:`gpulease.billing` and :mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and
+pydantic.
 """
 
 from gpulease.state.claims import (
