@@ -119,8 +119,8 @@ def test_a_server_down_for_an_hour_bills_it_once_on_return(
     after = _rows(engine)
     assert [r.id for r in after] == [r.id for r in before]
     for old, new in zip(before, after, strict=True):
-        assert new.ended_at == clock.now()
-        assert new.billed_s - old.billed_s == pytest.approx(3600.0)
+        assert new.ended_at == clock.now() and new.ended_at - old.ended_at >= 3600.0
+        assert new.billed_s == pytest.approx(new.ended_at - new.started_at)  # each second once
         assert new.cost_usd == pytest.approx(new.billed_s * 3.6 / 3600)
 
 
@@ -172,6 +172,8 @@ def test_a_stopped_node_bills_its_volumes_and_a_start_is_a_new_run(
     run_until(loop, clock, engine, cid, C.RUNNING)
     kinds = [(r.kind, r.closed) for r in _rows(engine)]
     assert kinds == [("instance", True), ("volume", True), ("instance", False)]
+    clock.advance(10)
+    run(loop, clock)
     restarted = _rows(engine)[-1]
     assert restarted.run_started_at == restarted.started_at
     assert restarted.billed_s == 60.0  # a new run: the minimum again

@@ -314,6 +314,7 @@ class LedgerEntry(Base):
         Index(None, "cluster_id"),
         Index(None, "job_id"),
         Index(None, "closed"),
+        Index(None, "node_id"),
         {"sqlite_autoincrement": True},
     )
 

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 _TABLE = "ledger_entries"
-_INDEXED = ("started_at", "ended_at", "cluster_id", "job_id", "closed")
+_INDEXED = ("started_at", "ended_at", "cluster_id", "job_id", "closed", "node_id")
 
 
 def upgrade() -> None:
