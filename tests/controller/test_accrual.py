@@ -10,6 +10,7 @@ from sqlalchemy import Engine, select
 
 from gpulease.clock import Clock, VirtualClock
 from gpulease.controller import LoopSettings, Reconciler
+from gpulease.errors import UserInputError
 from gpulease.providers.base import SupportsPriceHistory, SupportsSpotMarket
 from gpulease.state import ClusterStatus, LaunchTarget, session_scope
 from gpulease.state.ledger import job_spend
@@ -177,3 +178,18 @@ def test_a_stopped_node_bills_its_volumes_and_a_start_is_a_new_run(
     restarted = _rows(engine)[-1]
     assert restarted.run_started_at == restarted.started_at
     assert restarted.billed_s == 60.0  # a new run: the minimum again
+
+
+def test_every_provider_declares_a_billing_rule() -> None:
+    from gpulease.billing import Billing
+    from gpulease.providers.aws import AwsProvider
+    from gpulease.providers.local import LocalProvider
+    from gpulease.providers.sim_cloud import SimSettings
+    from gpulease.providers.slurm import SlurmProvider
+
+    assert (AwsProvider.billing, AwsProvider.volume_usd_per_gb_month) == ("second:60", 0.08)
+    assert LocalProvider.billing == SlurmProvider.billing == "second"
+    assert SimSettings().billing == "second:60"
+    assert Billing.parse(AwsProvider.billing) == Billing(1.0, 60.0, False)
+    with pytest.raises(UserInputError, match=r"providers\.sim\.billing"):
+        SimSettings.from_mapping({"billing": "weekly"}, where="providers.sim")
