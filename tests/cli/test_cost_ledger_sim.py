@@ -26,13 +26,13 @@ from tests.cli.test_jobs_spot_train import write_trace
 from tests.server.conftest import wait_until
 
 SCALE = 120.0
-CHANGE_H, FACTOR = 0.2, 1.5  # spot ×1.5 from 12 sim minutes (6 s) after the cloud started
+CHANGE_H, FACTOR = 0.3, 1.5  # spot ×1.5 from 18 sim minutes (9 s) after the cloud started
 
 
 @pytest.fixture
 def user(cli: Cli, tmp_path: Path) -> Iterator[Cli]:
     trace = tmp_path / "trace.json"
-    write_trace(trace, [(1, 5), (0, 2), (1, 600)], gap_s=60)  # spot out from 2.5 s to 3.5 s
+    write_trace(trace, [(1, 8), (0, 2), (1, 600)], gap_s=60)  # spot out from 4 s to 5 s
     configure_sim(
         cli,
         f"    time_scale: {SCALE}\n    provision_seconds: [30, 30]\n"
@@ -71,10 +71,11 @@ def _billed(elapsed: float) -> float:
 def test_the_ledger_bills_a_preempted_spot_job_by_hand_to_the_cent(
     user: Cli, tmp_path: Path
 ) -> None:
+    done = tmp_path / "done"  # the task runs until the test says: past the price change
     task = tmp_path / "spot.yaml"
     task.write_text(
         "name: ledgered\nresources:\n  accelerators: T4:1\n  use_spot: true\n"
-        "run: |\n  trap 'exit 75' TERM\n  for i in $(seq 1 40); do sleep 0.1; done\n"
+        f"run: |\n  trap 'exit 75' TERM\n  while [ ! -f {done} ]; do sleep 0.1; done\n"
     )
     user("jobs", "launch", str(task), "--provider", "sim", "--detach", check=True)
 
@@ -87,14 +88,17 @@ def test_the_ledger_bills_a_preempted_spot_job_by_hand_to_the_cent(
     _kill_server(user)
     time.sleep(1.0)  # two sim minutes with no server
     back_at = _sim_now(user.home)
+    assert show_job(user)["status"] == "running"  # the next CLI call restarts the server
+    origin = float(json.loads((user.home / "sim" / "clock.json").read_text())["sim_start"])
+    change_at = origin + CHANGE_H * 3600.0
+    wait_until(lambda: _sim_now(user.home) > change_at + 60 or None, 60, "the price change")
+    done.touch()
     wait_until(lambda: show_job(user)["status"] == "succeeded" or None, 60, "the job to end")
     wait_until(lambda: all(a["status"] == "terminated" for a in show_job(user)["attempts"])
                or None, 30, "its clusters to be torn down")  # fmt: skip
     view = show_job(user)
     assert view["recoveries"] >= 1, view["events"]
 
-    origin = float(json.loads((user.home / "sim" / "clock.json").read_text())["sim_start"])
-    change_at = origin + CHANGE_H * 3600.0
     engine = make_engine(f"sqlite:///{user.home / 'state.db'}")
     with session_scope(engine) as session:
         rows = list(session.scalars(select(LedgerEntry).order_by(LedgerEntry.id)))
