@@ -314,14 +314,13 @@ class LedgerEntry(Base):
         Index(None, "cluster_id"),
         Index(None, "job_id"),
         Index(None, "closed"),
-        Index(None, "node_id"),
         {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_key: Mapped[str] = mapped_column(String(255), unique=True)
     kind: Mapped[str] = mapped_column(String(16))  # instance | volume | storage
-    node_id: Mapped[int | None] = mapped_column(Integer)
+    node_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the accrual's join
     instance_id: Mapped[str | None] = mapped_column(String(128))
     cluster_id: Mapped[int | None] = mapped_column(Integer)
     cluster_name: Mapped[str | None] = mapped_column(String(255))

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 _TABLE = "ledger_entries"
-_INDEXED = ("started_at", "ended_at", "cluster_id", "job_id", "closed", "node_id")
+_INDEXED = ("started_at", "ended_at", "cluster_id", "job_id", "closed")
 
 
 def upgrade() -> None:
@@ -57,6 +57,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("entry_key", name=op.f("uq_ledger_entries_entry_key")),
         sqlite_autoincrement=True,
     )
+    op.create_index(op.f(f"ix_{_TABLE}_node_id"), _TABLE, ["node_id"], unique=False)
+
     for column in _INDEXED:
         op.create_index(op.f(f"ix_{_TABLE}_{column}"), _TABLE, [column], unique=False)
 
@@ -64,4 +66,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for column in reversed(_INDEXED):
         op.drop_index(op.f(f"ix_{_TABLE}_{column}"), table_name=_TABLE)
+
+    op.drop_index(op.f(f"ix_{_TABLE}_node_id"), table_name=_TABLE)
     op.drop_table(_TABLE)
