@@ -320,7 +320,7 @@ class LedgerEntry(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_key: Mapped[str] = mapped_column(String(255), unique=True)
     kind: Mapped[str] = mapped_column(String(16))  # instance | volume | storage
-    node_id: Mapped[int | None] = mapped_column(Integer)
+    node_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the accrual's join
     instance_id: Mapped[str | None] = mapped_column(String(128))
     cluster_id: Mapped[int | None] = mapped_column(Integer)
     cluster_name: Mapped[str | None] = mapped_column(String(255))
@@ -337,8 +337,13 @@ class LedgerEntry(Base):
     pricing: Mapped[str] = mapped_column(String(16))  # on_demand | spot | reserved
     price_per_hour: Mapped[float]  # in force over the row (storage/volume: for its quantity)
     on_demand_price_per_hour: Mapped[float | None]  # the same offer on demand (spot savings)
+    # instance rows: the plan's price per node, on which a spot market's changes apply
+    quoted_per_hour: Mapped[float | None]
     quantity: Mapped[float | None]  # GB for volume / storage rows
     billing: Mapped[str] = mapped_column(String(32))  # second:60 | minute | hour | ...
+    # when the node's billed run began (its first row's start): rounding and minimums apply
+    # per run, so a row's billed_s is rule(ended_at - run) - rule(started_at - run)
+    run_started_at: Mapped[float]
     started_at: Mapped[float]
     ended_at: Mapped[float]
     closed: Mapped[bool] = mapped_column(Boolean)

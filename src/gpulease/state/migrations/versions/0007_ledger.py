@@ -42,8 +42,10 @@ def upgrade() -> None:
         sa.Column("pricing", sa.String(length=16), nullable=False),
         sa.Column("price_per_hour", sa.Double(), nullable=False),
         sa.Column("on_demand_price_per_hour", sa.Double(), nullable=True),
+        sa.Column("quoted_per_hour", sa.Double(), nullable=True),
         sa.Column("quantity", sa.Double(), nullable=True),
         sa.Column("billing", sa.String(length=32), nullable=False),
+        sa.Column("run_started_at", sa.Double(), nullable=False),
         sa.Column("started_at", sa.Double(), nullable=False),
         sa.Column("ended_at", sa.Double(), nullable=False),
         sa.Column("closed", sa.Boolean(), nullable=False),
@@ -55,6 +57,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("entry_key", name=op.f("uq_ledger_entries_entry_key")),
         sqlite_autoincrement=True,
     )
+    op.create_index(op.f(f"ix_{_TABLE}_node_id"), _TABLE, ["node_id"], unique=False)
+
     for column in _INDEXED:
         op.create_index(op.f(f"ix_{_TABLE}_{column}"), _TABLE, [column], unique=False)
 
@@ -62,4 +66,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for column in reversed(_INDEXED):
         op.drop_index(op.f(f"ix_{_TABLE}_{column}"), table_name=_TABLE)
+
+    op.drop_index(op.f(f"ix_{_TABLE}_node_id"), table_name=_TABLE)
     op.drop_table(_TABLE)
