@@ -25,6 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
 from gpulease.server.telemetry.latest import NodeLatest
+from gpulease.server.telemetry.memory import map_large_buffers
 from gpulease.server.telemetry.store import PointRow
 
 STALE_INTERVALS = 3
@@ -130,6 +131,7 @@ class RelayedMetrics:
         self._lock = threading.Lock()
         self._pieces: dict[tuple[int, int], _Piece] = {}
         self._parts: tuple[bytes, ...] = ()
+        map_large_buffers()  # a scrape's buffers go back to the system when freed
 
     def text(self) -> bytes:
         with self._lock:

@@ -62,6 +62,7 @@ from gpulease.server.telemetry.fold import (
     train_step,
 )
 from gpulease.server.telemetry.latest import LatestSamples
+from gpulease.server.telemetry.memory import trim
 from gpulease.server.telemetry.prom import STALE_INTERVALS, NodeLabels, RelayedMetrics
 from gpulease.server.telemetry.settings import TelemetrySettings
 from gpulease.server.telemetry.store import PointRow, prune, resume_points, upsert_points
@@ -171,6 +172,7 @@ class Relay:
         self._prune(now)
         self.times.observe("relay", time.perf_counter() - started)
         self.metrics.update([(n.labels, self.latest.get(n.key)) for n in nodes], now, self.times)
+        trim()  # what the pass's batches freed goes back to the system, not kept by the heap
         return self._relayed
 
     def close(self) -> None:
