@@ -146,7 +146,8 @@ class RelayedMetrics:
     def text(self) -> bytes:
         with self._lock:
             packed = self._text
-        return lz4.frame.decompress(packed)
+        text: bytes = lz4.frame.decompress(packed)
+        return text
 
     def stale(self, latest: NodeLatest, now: float) -> bool:
         """Whether the node's newest sample is older than 3 intervals (the relay's, or its
