@@ -22,7 +22,9 @@ from gpulease.agent.client import AgentUnavailable
 from gpulease.clock import VirtualClock
 from gpulease.controller import NodeRef
 from gpulease.server.telemetry import TelemetrySettings
-from gpulease.server.telemetry.relay import Relay
+from gpulease.server.telemetry.fold import bucket_start
+from gpulease.server.telemetry.relay import BATCH_NODES, Relay
+from gpulease.server.telemetry.store import PointRow, upsert_points
 from gpulease.state import ClusterStatus, NodeState, ensure_node, session_scope
 from gpulease.state.models import Cluster, Node, TelemetryPoint
 from tests.dbfixtures import db_kind, engine, postgres_server, postgres_url, sqlite_template
@@ -96,7 +98,7 @@ def test_passes_fold_per_node_and_rebuild_open_buckets(engine: Engine) -> None:
         (0, 10, T0 + 20): (2, 20.0), (0, 10, T0 + 30): (2, 60.0), (0, 60, T0 - 20): (4, 40.0),
         (1, 10, T0 + 20): (2, 21.0), (1, 10, T0 + 30): (2, 61.0), (1, 60, T0 - 20): (4, 41.0),
     }  # fmt: skip
-    assert agents.asked[-2:] == [("c1-0", T0 + 35), ("c1-1", T0 + 35)]
+    assert sorted(agents.asked[-2:]) == [("c1-0", T0 + 35), ("c1-1", T0 + 35)]  # pulled at once
 
 
 def test_a_restarted_relay_resumes_from_the_newest_bucket_without_double_counting(
@@ -196,7 +198,9 @@ def test_a_pass_whose_write_fails_is_pulled_again(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("ALTER TABLE telemetry_away RENAME TO telemetry_points"))
     relay.run_pass()
-    assert agents.asked == [("c1-0", None), ("c1-0", T0), ("c1-0", T0)]
+    # first asked from the 60 s bucket holding "a minute ago" (not the whole ring); after the
+    # failed write, from the open buckets' start: they are rebuilt whole
+    assert agents.asked == [("c1-0", T0 - 80 - 1e-3), ("c1-0", T0), ("c1-0", T0 - 20 - 1e-3)]
     assert _points(engine) == {(0, 10, T0): (2, 50.0), (0, 60, T0 - 20): (2, 50.0)}
 
 
@@ -274,3 +278,86 @@ def test_a_node_sampled_slowly_stays_for_three_of_its_own_periods(engine: Engine
 def _id(engine: Engine, name: str) -> int:
     with session_scope(engine) as session:
         return session.scalars(select(Cluster.id).where(Cluster.name == name)).one()
+
+
+def test_a_first_pull_asks_for_the_last_minutes_not_the_whole_ring(engine: Engine) -> None:
+    now = T0 + 3600.0
+    clock = VirtualClock(now)
+    _cluster(engine, clock, "c1")  # rank 0: never stored; rank 1: stored two hours ago
+    agents = ScriptedAgents()
+    for rank in (0, 1):  # an agent up for an hour: its whole ring, 720 samples 5 s apart
+        agents.samples[f"c1-{rank}"] = [sample(now - 5 * i, 50) for i in range(720)][::-1]
+    old = T0 - 7200 - 20  # a 60 s bucket start, long before the window
+    with session_scope(engine) as session:
+        row = PointRow(
+            _id(engine, "c1"), "c1", None, 1, 60, old, 12, {"gpus": [{"utilization_pct": 7}]}
+        )
+        upsert_points(session, [row])
+    relay = _relay(engine, agents, clock)
+    folded = relay.run_pass()
+    window = bucket_start(now - 60, 60) - 1e-3  # the 60 s bucket holding "a minute ago"
+    assert sorted(agents.asked) == [("c1-0", window), ("c1-1", window)]
+    assert folded == 2 * len([s for s in agents.samples["c1-0"] if s["at"] > window]) <= 2 * 25
+    points = _points(engine)
+    assert min(at for (_, res, at) in points if res == 60 and at != old) == window + 1e-3
+    with session_scope(engine) as session:  # the old row is not replaced by a partial one
+        kept = session.scalars(select(TelemetryPoint).where(TelemetryPoint.at == old)).one()
+        assert (kept.samples, kept.data) == (12, row.data)
+
+
+@dataclass
+class WatchedAgents(ScriptedAgents):
+    """Also records, at each ask, how many nodes already have stored points."""
+
+    engine: Engine | None = None
+    stored_when_asked: dict[str, int] = field(default_factory=dict)
+
+    def metrics(self, node: NodeRef, since: float | None) -> Mapping[str, Any]:
+        assert self.engine is not None
+        with session_scope(self.engine) as session:
+            ranks = session.scalars(select(TelemetryPoint.node_rank).distinct()).all()
+        self.stored_when_asked[node.instance_id] = len(ranks)
+        return super().metrics(node, since)
+
+
+def test_a_pass_folds_and_writes_a_batch_before_pulling_the_next(engine: Engine) -> None:
+    clock = VirtualClock(T0)
+    nodes = 2 * BATCH_NODES + 5
+    _cluster(engine, clock, "big", nodes=nodes)
+    agents = WatchedAgents(engine=engine)
+    for rank in range(nodes):
+        agents.samples[f"big-{rank}"] = [sample(T0, rank % 100)]
+    relay = _relay(engine, agents, clock)
+    assert relay.run_pass() == nodes
+    seen = agents.stored_when_asked
+    assert {seen[f"big-{r}"] for r in range(BATCH_NODES)} == {0}
+    assert {seen[f"big-{r}"] for r in range(BATCH_NODES, 2 * BATCH_NODES)} == {BATCH_NODES}
+    assert seen[f"big-{nodes - 1}"] == 2 * BATCH_NODES
+    assert {rank for rank, _, _ in _points(engine)} == set(range(nodes))
+    relay.close()
+
+
+def test_a_node_without_new_samples_keeps_its_rendered_text(engine: Engine) -> None:
+    clock = VirtualClock(T0 + 1)
+    _cluster(engine, clock, "c1", nodes=1)
+    agents = ScriptedAgents()
+    trained = sample(T0, 40, step=3, rtt=0.01)
+    trained["train"]["checkpoint_at"] = T0 - 9
+    agents.samples["c1-0"] = [trained]
+    relay = _relay(engine, agents, clock)
+    relay.run_pass()
+    first = relay.metrics.text().decode()
+    clock.advance(10)
+    assert relay.run_pass() == 0  # nothing new: the node's piece is served again
+    second = relay.metrics.text().decode()
+
+    def lines(text: str, name: str) -> list[str]:
+        return [ln for ln in text.splitlines() if ln.startswith(name + "{")]
+
+    util = "gpulease_gpu_utilization_percent"
+    assert lines(first, util) == lines(second, util) and len(lines(first, util)) == 2
+    age = "gpulease_train_checkpoint_age_seconds"
+    assert [ln.rsplit(" ", 1)[1] for ln in lines(first, age) + lines(second, age)] == [
+        "10.0",
+        "20.0",
+    ]  # the checkpoint's age is of now, each pass

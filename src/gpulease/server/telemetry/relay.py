@@ -2,16 +2,28 @@
 samples (``GET /v1/metrics?since=<last at>``), fold them into ``telemetry_points`` at 10 s and
 60 s, prune by retention, stamp ``clusters.gpu_active_at``, keep each node's newest raw sample
 (:class:`~gpulease.server.telemetry.latest.LatestSamples`) and render the relayed Prometheus
-text once (:class:`~gpulease.server.telemetry.prom.RelayedMetrics`).
+text of the nodes with new samples (:class:`~gpulease.server.telemetry.prom.RelayedMetrics`).
 
 Owns :class:`Relay` (one pass, clock injected) and :class:`RelayThread` (its own thread, so a
-slow or silent agent never delays the reconcile loops). Per node it keeps, in memory, the last
-sample time seen and the samples of the buckets still open; a bucket is folded again from all
-of its samples whenever more arrive and upserted, so a repeated pass writes the same rows. After
-a restart a node resumes from the start of its newest stored 60 s bucket: the agent's ring
-buffer hands those samples over again and the buckets are rebuilt whole. An agent that does not
-answer is skipped, logged once per outage (and once when it answers again), and retried after a
-jittered backoff (:func:`gpulease.backoff.backoff_delay`).
+slow or silent agent never delays the reconcile loops). A pass takes the live nodes in batches
+of :data:`BATCH_NODES` (pulled :data:`PULL_WORKERS` at a time), and folds, upserts and drops
+each batch's samples before the next, so its memory is one batch's answers, not the fleet's.
+Per node it keeps, in memory, the last sample time seen and the running accumulators of its
+open 10 s and 60 s buckets (:class:`~gpulease.server.telemetry.fold.Bucket`: sums and counts,
+last values, unions; no raw samples); each pass adds the new samples to them and upserts the
+buckets they touched, so a repeated pass writes the same rows.
+
+Where a node starts: with a stored 60 s point, from the start of its newest one (the agent's
+ring hands those samples over again and both resolutions' open buckets are rebuilt whole,
+replacing the stored rows with the same folds or fuller ones); when that point is older than
+the first-pull window (:func:`first_pull_s`: a minute, or 3 relay intervals when longer), or
+with no stored point, from the start of the 60 s bucket holding the window's start: at most two
+minutes of samples, whole buckets, not the agent's whole ring (720 samples for an agent up an
+hour; older samples are not backfilled, and no stored row is replaced by a partial one). A
+batch whose write fails rewinds its nodes to the start of their open buckets, so the next pass
+pulls those samples again and rebuilds them. An agent that does not answer is skipped, logged
+once per outage (and once when it answers again), and retried after a jittered backoff
+(:func:`gpulease.backoff.backoff_delay`).
 
 Why not the reconcile skeleton (``controller/skeleton.py``): the skeleton steps *claimed* rows
 (claim → snapshot → decide → apply under the claim). The relay's entities are nodes, which have
@@ -31,6 +43,7 @@ import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,12 +56,13 @@ from gpulease.server.agents import HttpAgents
 from gpulease.server.runtime import PassTimes
 from gpulease.server.telemetry.fold import (
     RESOLUTIONS,
+    Bucket,
     bucket_start,
-    fold,
     gpu_utilisations,
     train_step,
 )
 from gpulease.server.telemetry.latest import LatestSamples
+from gpulease.server.telemetry.memory import trim
 from gpulease.server.telemetry.prom import STALE_INTERVALS, NodeLabels, RelayedMetrics
 from gpulease.server.telemetry.settings import TelemetrySettings
 from gpulease.server.telemetry.store import PointRow, prune, resume_points, upsert_points
@@ -64,6 +78,12 @@ RELAYED_NODES = (NodeState.SETTING_UP, NodeState.READY)
 PRUNE_EVERY_S = 60.0
 #: a resumed node re-reads this much before its newest stored bucket (a sample on the boundary)
 _EDGE_S = 1e-3
+#: nodes pulled, folded, written and rendered together (a pass holds one batch's answers)
+BATCH_NODES = 50
+#: agents pulled at once (the pull is I/O bound; the agent's answer is parsed in its thread)
+PULL_WORKERS = 4
+#: the least a node with no recent stored point is asked for, in seconds
+FIRST_PULL_S = 60.0
 
 
 class MetricsPort(Protocol):
@@ -85,24 +105,33 @@ class LiveNode:
         return self.labels.cluster_id, self.labels.node_rank
 
 
+def first_pull_s(interval_s: float) -> float:
+    """How far back a node with no recent stored point is first asked for."""
+    return max(FIRST_PULL_S, STALE_INTERVALS * interval_s)
+
+
 @dataclass
 class _Track:
-    """What the relay remembers of one node between passes."""
+    """What the relay remembers of one node between passes: ``open``, per resolution, the
+    start and accumulators of the bucket that holds ``last_at``."""
 
     instance_id: str
     last_at: float | None
-    pending: dict[float, Mapping[str, Any]] = field(default_factory=dict)  # open buckets
+    open: dict[int, tuple[float, Bucket]] = field(default_factory=dict)
     last_step: int | None = None
     failures: int = 0
     retry_at: float = float("-inf")
 
-    def saved(self) -> tuple[float | None, dict[float, Mapping[str, Any]], int | None]:
-        return self.last_at, dict(self.pending), self.last_step
+    def saved(self) -> tuple[float | None, int | None]:
+        """Where to rewind to if this pass's write fails: the open buckets' start (they are
+        pulled again and rebuilt whole), and the step seen."""
+        starts = [start for start, _ in self.open.values()]
+        since = min(starts) - _EDGE_S if starts else self.last_at
+        return since, self.last_step
 
-    def restore(
-        self, state: tuple[float | None, dict[float, Mapping[str, Any]], int | None]
-    ) -> None:
-        self.last_at, self.pending, self.last_step = state
+    def rewind(self, saved: tuple[float | None, int | None]) -> None:
+        self.last_at, self.last_step = saved
+        self.open.clear()
 
 
 class Relay:
@@ -128,45 +157,82 @@ class Relay:
         self._tracks: dict[tuple[int, int], _Track] = {}
         self._next_prune = float("-inf")
         self._relayed = 0
+        self._pool: ThreadPoolExecutor | None = None
 
     def run_pass(self) -> int:
-        """Pull every live node once; how many samples were folded in."""
+        """Pull every live node once, a batch at a time; how many samples were folded in."""
         started = time.perf_counter()
         self._relayed = 0
         nodes = self._live_nodes()
         self._forget_all_but(nodes)
         self._resume(nodes)
-        saved = {key: track.saved() for key, track in self._tracks.items()}
-        rows: list[PointRow] = []
-        active: set[int] = set()
-        for node in nodes:
-            try:
-                rows.extend(self._pull(node, active))
-            except Exception as exc:  # a sample this code cannot fold: that node backs off
-                self._failed(node, self._tracks[node.key], exc, self.clock.now(), "failed")
+        for first in range(0, len(nodes), BATCH_NODES):
+            self._batch(nodes[first : first + BATCH_NODES])
         now = self.clock.now()
-        try:
-            self._write(rows, active, now)
-        except Exception:  # nothing stored: the next pass asks the agents for these samples again
-            for key, state in saved.items():
-                self._tracks[key].restore(state)
-            raise
+        self._prune(now)
         self.times.observe("relay", time.perf_counter() - started)
         self.metrics.update([(n.labels, self.latest.get(n.key)) for n in nodes], now, self.times)
+        trim()  # what the pass's batches freed goes back to the system, not kept by the heap
         return self._relayed
 
+    def close(self) -> None:
+        """Stop the pull threads (a later pass starts them again)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _batch(self, batch: Sequence[LiveNode]) -> None:
+        """Pull, fold and write one batch of nodes; its samples are dropped on return."""
+        now = self.clock.now()
+        due = [n for n in batch if now >= self._tracks[n.key].retry_at]
+        saved = {n.key: self._tracks[n.key].saved() for n in due}
+        rows: list[PointRow] = []
+        active: set[int] = set()
+        for node, answer in zip(due, self._ask(due), strict=True):
+            try:
+                rows.extend(self._take(node, answer, active))
+            except Exception as exc:  # a sample this code cannot fold: that node backs off
+                self._failed(node, self._tracks[node.key], exc, self.clock.now(), "failed")
+        try:
+            self._write(rows, active, self.clock.now())
+        except Exception:  # nothing stored: the next pass asks the agents for these samples again
+            for key, state in saved.items():
+                self._tracks[key].rewind(state)
+            raise
+
+    def _ask(self, nodes: Sequence[LiveNode]) -> list[Mapping[str, Any] | Exception]:
+        """Each node's answer to ``GET /v1/metrics?since=`` (or why there is none), in order."""
+
+        def one(node: LiveNode) -> Mapping[str, Any] | Exception:
+            try:
+                return self.port.metrics(node.ref, self._tracks[node.key].last_at)
+            except Exception as exc:  # an agent away or broken: that node is skipped
+                return exc
+
+        if len(nodes) <= 1:
+            return [one(n) for n in nodes]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(PULL_WORKERS, thread_name_prefix="telemetry-pull")
+        return list(self._pool.map(one, nodes))
+
     def _write(self, rows: Sequence[PointRow], active: set[int], now: float) -> None:
+        if not rows and not active:
+            return
         with session_scope(self.engine) as session:
             upsert_points(session, rows)
             if active:
                 session.execute(
                     update(Cluster).where(Cluster.id.in_(sorted(active))).values(gpu_active_at=now)
                 )
-            if now >= self._next_prune:
-                pruned = prune(session, self.settings.retention_s, now)
-                self._next_prune = now + PRUNE_EVERY_S
-                if pruned:
-                    log.debug("telemetry: pruned %d point(s) past retention", pruned)
+
+    def _prune(self, now: float) -> None:
+        if now < self._next_prune:
+            return
+        with session_scope(self.engine) as session:
+            pruned = prune(session, self.settings.retention_s, now)
+        self._next_prune = now + PRUNE_EVERY_S
+        if pruned:
+            log.debug("telemetry: pruned %d point(s) past retention", pruned)
 
     def _live_nodes(self) -> list[LiveNode]:
         with session_scope(self.engine) as session:
@@ -190,24 +256,26 @@ class Relay:
         self.latest.keep_only(wanted)
 
     def _resume(self, nodes: Sequence[LiveNode]) -> None:
-        """Tracks for the nodes seen first now, from the newest stored 60 s bucket."""
+        """Tracks for the nodes seen first now (see the module's docstring: where they start)."""
         new = [n for n in nodes if n.key not in self._tracks]
         if not new:
             return
         with session_scope(self.engine) as session:
             stored = resume_points(session, {n.key[0] for n in new}, RESOLUTIONS[-1])
+        earliest = self.clock.now() - first_pull_s(self.settings.interval_s)
         for node in new:
-            start = stored.get(node.key)
-            since = None if start is None else start - _EDGE_S
+            since = _first_since(stored.get(node.key), earliest)
             self._tracks[node.key] = _Track(node.ref.instance_id, since)
 
-    def _pull(self, node: LiveNode, active: set[int]) -> list[PointRow]:
+    def _take(
+        self, node: LiveNode, answer: Mapping[str, Any] | Exception, active: set[int]
+    ) -> list[PointRow]:
+        """One node's answer folded into its open buckets: the rows they make now."""
         track = self._tracks[node.key]
         now = self.clock.now()
-        if now < track.retry_at:
-            return []
         try:
-            answer = self.port.metrics(node.ref, track.last_at)
+            if isinstance(answer, Exception):
+                raise answer
             samples = _new_samples(answer, track.last_at)
         except Exception as exc:  # an agent away or broken: skip it, the pass goes on
             self._failed(node, track, exc, now)
@@ -257,19 +325,29 @@ class Relay:
     def _fold(
         self, node: LiveNode, track: _Track, samples: Sequence[Mapping[str, Any]]
     ) -> list[PointRow]:
+        """Add ``samples`` (newer than ``last_at``, oldest first) to the open buckets, opening
+        the next ones as they pass a boundary; the rows of every bucket touched."""
+        touched: dict[tuple[int, float], Bucket] = {}
         for sample in samples:
-            track.pending[float(sample["at"])] = sample
-        track.last_at = max(track.pending)
-        rows = []
-        for resolution in RESOLUTIONS:
-            touched = sorted({bucket_start(float(s["at"]), resolution) for s in samples})
-            for start in touched:
-                members = [s for at, s in sorted(track.pending.items())
-                           if start <= at < start + resolution]  # fmt: skip
-                rows.append(node.labels.point(resolution, start, members, fold(members)))
-        horizon = bucket_start(track.last_at, RESOLUTIONS[-1])
-        track.pending = {at: s for at, s in track.pending.items() if at >= horizon}
-        return rows
+            at = float(sample["at"])
+            for resolution in RESOLUTIONS:
+                start = bucket_start(at, resolution)
+                current = track.open.get(resolution)
+                if current is None or current[0] != start:
+                    current = track.open[resolution] = (start, Bucket())
+                current[1].add(sample)
+                touched[(resolution, start)] = current[1]
+        track.last_at = float(samples[-1]["at"])
+        return [node.labels.point(resolution, start, bucket.samples, bucket.record())
+                for (resolution, start), bucket in sorted(touched.items())]  # fmt: skip
+
+
+def _first_since(stored: float | None, earliest: float) -> float:
+    """Where a node is first asked from: the start of its newest stored 60 s bucket
+    (``stored``) or, when there is none or it is older, of the 60 s bucket holding the
+    first-pull window's start (``earliest``): whole buckets, none of them stored yet."""
+    window = bucket_start(earliest, RESOLUTIONS[-1])
+    return max(window, window if stored is None else stored) - _EDGE_S
 
 
 def _new_samples(answer: Mapping[str, Any], after: float | None) -> list[Mapping[str, Any]]:
@@ -316,6 +394,8 @@ class RelayThread:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.relay.close()
 
     def _main(self) -> None:
         while not self._stop.is_set():
