@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import Connection, Engine, insert
 
 from gpulease.clock import VirtualClock
-from gpulease.cost.report import GROUPS, cost_report
+from gpulease.cost.period import GROUPS
+from gpulease.cost.report import cost_report
 from gpulease.errors import UserInputError
 from gpulease.state.models import Cluster, Job
 from tests.cost.seed import entry, insert_rows

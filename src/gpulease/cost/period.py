@@ -1,6 +1,7 @@
-"""The period of a cost report: ``--since 30d`` (the last 30 days up to now) or ``--month
-2026-11`` (that UTC calendar month), as ``[start, end)`` in UTC epoch seconds. Pure; moves no
-states. Bad values raise :class:`~gpulease.errors.UserInputError` naming the option.
+"""The period and the grouping of a cost report. The period: ``--since 30d`` (the last 30
+days up to now) or ``--month 2026-11`` (that UTC calendar month), as ``[start, end)`` in UTC
+epoch seconds. The grouping: ``--by`` one of :data:`GROUPS` (default ``day``). Bad values raise
+:class:`~gpulease.errors.UserInputError` naming the option. Pure; moves no states.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from datetime import UTC, datetime
 from gpulease.errors import UserInputError
 
 DEFAULT_SINCE = "30d"
+GROUPS = ("day", "cluster", "job", "task", "provider", "region", "gpu", "pricing", "user")
+DEFAULT_BY = "day"
 _SINCE_RE = re.compile(r"^\s*(\d{1,6})\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _MONTH_RE = re.compile(r"^\s*(\d{4})-(\d{2})\s*$")
@@ -81,6 +84,15 @@ def resolve(since: str | None, month: str | None, now: float) -> Period:
         return Period(start, end, f"month {month.strip()}")
     text = DEFAULT_SINCE if since is None else since
     return Period(now - parse_since(text), now, f"since {text.strip()}")
+
+
+def check_by(by: str | None) -> str:
+    """``by`` checked (default ``day``); a bad one names ``--by`` and the choices."""
+    if by is None:
+        return DEFAULT_BY
+    if by not in GROUPS:
+        raise UserInputError(f"--by: expected one of {', '.join(GROUPS)}, got {by!r}")
+    return by
 
 
 def _iso(at: float) -> str:

@@ -1,12 +1,12 @@
 """``gpulease cost``: what the install spent over a period, from the cost ledger (read only).
 
 :func:`cost_report` answers, for a :class:`~gpulease.cost.period.Period`: the totals (by kind:
-instance, volume, storage), a breakdown ``by`` one of :data:`GROUPS`, the spot savings (Σ over
-spot rows of (on-demand − spot $/h) × billed hours), estimated against actual for the runs that
-had a plan estimate (:mod:`gpulease.cost.estimates`), and the current month's forecast at the
-current burn rate. Rows count by their overlap with the period, pro-rated
-(:mod:`gpulease.cost.overlap`). Everything is a SQL aggregate (SQLAlchemy Core, SQLite and
-PostgreSQL alike); Python only shapes the few result groups. Moves no states.
+instance, volume, storage), a breakdown ``by`` one of :data:`~gpulease.cost.period.GROUPS`,
+the spot savings (Σ over spot rows of (on-demand − spot $/h) × billed hours), estimated
+against actual for the runs that had a plan estimate (:mod:`gpulease.cost.estimates`), and the
+current month's forecast at the current burn rate. Rows count by their overlap with the
+period, pro-rated (:mod:`gpulease.cost.overlap`). Everything is a SQL aggregate (SQLAlchemy
+Core, SQLite and PostgreSQL alike); Python only shapes the few result groups. Moves no states.
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ from gpulease.cost.overlap import (
     least,
     measures,
 )
-from gpulease.cost.period import Period, month_of, resolve
-from gpulease.errors import UserInputError
+from gpulease.cost.period import Period, check_by, month_of, resolve
 
-GROUPS = ("day", "cluster", "job", "task", "provider", "region", "gpu", "pricing", "user")
-DEFAULT_BY = "day"
 _MEASURES = ("cost_usd", "billed_s", "gpu_s", "entries", "spot_savings_usd", "spot_cost_usd")
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "cluster": ("cluster_name",),
@@ -46,15 +43,6 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "pricing": ("pricing",),
     "user": ("user",),
 }
-
-
-def check_by(by: str | None) -> str:
-    """``by`` checked (default ``day``); a bad one names ``--by`` and the choices."""
-    if by is None:
-        return DEFAULT_BY
-    if by not in GROUPS:
-        raise UserInputError(f"--by: expected one of {', '.join(GROUPS)}, got {by!r}")
-    return by
 
 
 def cost_report(
