@@ -41,24 +41,24 @@ def estimated_against_actual(conn: Connection, window: Window) -> list[dict[str,
 
 
 def _actuals(conn: Connection, window: Window, column: str) -> dict[int, Any]:
-    """Per run (``job_id`` or ``cluster_id``) in the period: its whole cost, first start, last
-    end (instance rows), the largest first."""
+    """Per run (``job_id``, or ``cluster_id`` of a cluster outside any job) whose rows reach
+    into the period: its whole cost, first start and last end, the largest first. Reads the
+    ``ix_ledger_entries_job_cost`` / ``_cluster_cost`` indexes only, in their order."""
     c = LEDGER.c
     key = c[column]
-    active = select(key).where(window.counts, key.is_not(None)).distinct().scalar_subquery()
-    inst = c.kind == "instance"
+    first, last = func.min(c.started_at), func.max(c.ended_at)
+    if column == "cluster_id":  # the hours it was up: its instance rows
+        inst = c.kind == "instance"
+        first, last = func.min(case((inst, c.started_at))), func.max(case((inst, c.ended_at)))
     query = (
-        select(
-            key.label("run"),
-            func.sum(c.cost_usd).label("actual"),
-            func.min(case((inst, c.started_at))).label("first"),
-            func.max(case((inst, c.ended_at))).label("last"),
-        )
-        .where(key.in_(active))
+        select(key.label("run"), func.sum(c.cost_usd).label("actual"),
+               first.label("first"), last.label("last"))
+        .where(key.is_not(None))
         .group_by(key)
+        .having(func.max(c.ended_at) >= window.start, func.min(c.started_at) < window.end)
         .order_by(func.sum(c.cost_usd).desc())
         .limit(LIMIT * 5)
-    )
+    )  # fmt: skip
     if column == "cluster_id":
         query = query.where(c.job_id.is_(None))
     return {int(row.run): row for row in conn.execute(query)}

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Double, and_, case, func, literal, or_
+from sqlalchemy import BigInteger, ColumnElement, Double, and_, case, func, literal, or_, select
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import Subquery
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
@@ -64,32 +65,80 @@ class Window:
         self.lo: ColumnElement[float] = greatest(c.started_at, s)
         self.hi: ColumnElement[float] = least(c.ended_at, e)
         self.length: ColumnElement[float] = c.ended_at - c.started_at
+        # ended_at >= start first, so an index on ended_at serves the range; the rest keeps a
+        # row ending exactly at the start out unless it is an instant there
         self.counts: ColumnElement[bool] = and_(
-            c.started_at < e,
-            or_(c.ended_at > s, and_(c.ended_at == c.started_at, c.started_at >= s)),
+            c.ended_at >= s, c.started_at < e, or_(c.ended_at > s, c.started_at >= s)
         )
         self.share: ColumnElement[float] = case(
             (self.length > 0, (self.hi - self.lo) / self.length), else_=bound(1.0)
         )
 
 
-def measures(share: ColumnElement[float]) -> list[ColumnElement[Any]]:
-    """The aggregates every report row has, for rows weighted by ``share``: ``cost_usd``,
-    ``billed_s``, ``gpu_s``, ``entries``, ``spot_savings_usd``, ``spot_cost_usd``."""
+KINDS = ("instance", "volume", "storage")
+SPLIT = ("cost_usd", "billed_s", "gpu_s", "spot_savings_usd")  # what --by day splits by day
+_ROW_COLUMNS = ("kind", "pricing", "cost_usd", "billed_s", "gpu_count", "price_per_hour",
+                "on_demand_price_per_hour")  # fmt: skip
+
+
+def rows_of(window: Window, *keys: ColumnElement[Any]) -> Subquery:
+    """The period's rows with their ``share`` (and ``lo``, ``hi``, ``per_s``), computed once per
+    row: an ``OFFSET 0`` subquery is not flattened into the aggregate above it (SQLite,
+    PostgreSQL), which would repeat the share's ``CASE`` in every sum. A row wholly inside the
+    period takes the short way (share 1)."""
     c = LEDGER.c
-    billed = c.billed_s * share
+    inside = and_(c.started_at >= bound(window.start), c.ended_at <= bound(window.end))
+    share = case((inside, bound(1.0)), (window.length > 0, (window.hi - window.lo) / window.length),
+                 else_=bound(1.0))  # fmt: skip
+    per_s = case((window.length > 0, 1.0 / window.length), else_=bound(0.0))
+    return (
+        select(*keys, *(c[n] for n in _ROW_COLUMNS), share.label("share"),
+               window.lo.label("lo"), window.hi.label("hi"), per_s.label("per_s"))
+        .where(window.counts)
+        .offset(0)
+        .subquery("period_rows")
+    )  # fmt: skip
+
+
+def _bases(rows: Subquery) -> dict[str, ColumnElement[float]]:
+    """Each measure of one row, whole (before the period's share)."""
+    c = rows.c
     is_spot = and_(c.pricing == "spot", c.on_demand_price_per_hour.is_not(None))
-    saving = (c.on_demand_price_per_hour - c.price_per_hour) * billed / 3600.0
+    saving = (c.on_demand_price_per_hour - c.price_per_hour) * c.billed_s / 3600.0
     zero = bound(0.0)
-    return [
-        func.coalesce(func.sum(c.cost_usd * share), zero).label("cost_usd"),
-        func.coalesce(func.sum(billed), zero).label("billed_s"),
-        func.coalesce(func.sum(billed * c.gpu_count), zero).label("gpu_s"),
-        func.count().label("entries"),
-        func.coalesce(func.sum(case((is_spot, saving), else_=zero)), zero).label(
-            "spot_savings_usd"
-        ),
-        func.coalesce(
-            func.sum(case((c.pricing == "spot", c.cost_usd * share), else_=zero)), zero
-        ).label("spot_cost_usd"),
-    ]
+    bases: dict[str, ColumnElement[float]] = {
+        "cost_usd": c.cost_usd,
+        "billed_s": c.billed_s,
+        "gpu_s": c.billed_s * c.gpu_count,
+        "spot_savings_usd": case((is_spot, saving), else_=zero),
+        "spot_cost_usd": case((c.pricing == "spot", c.cost_usd), else_=zero),
+    }
+    for kind in KINDS:
+        bases[f"cost_{kind}"] = case((c.kind == kind, c.cost_usd), else_=zero)
+    return bases
+
+
+MEASURES = (*_bases(rows_of(Window(0.0, 1.0))), "entries")
+
+
+def measures(rows: Subquery) -> list[ColumnElement[Any]]:
+    """The aggregates every report group has over :func:`rows_of`: each of :data:`MEASURES`
+    (dollars, seconds, the cost of each kind, and ``entries``), weighted by the share."""
+    zero = bound(0.0)
+    share = rows.c.share
+    sums = [func.coalesce(func.sum(v * share), zero).label(k) for k, v in _bases(rows).items()]
+    return [*sums, func.count().label("entries")]
+
+
+def rates(rows: Subquery, start: float) -> list[ColumnElement[Any]]:
+    """For the rows of a group that cross midnight: per :data:`SPLIT` measure, Σ its rate
+    (per wall second, ``rate_<m>``) and Σ rate × (overlap start − period start) (``lo_<m>``),
+    from which the parts of each day follow (:func:`gpulease.cost.report.split_days`)."""
+    since = rows.c.lo - bound(start)
+    bases = _bases(rows)
+    found: list[ColumnElement[Any]] = []
+    for name in SPLIT:
+        rate = bases[name] * rows.c.per_s
+        found.append(func.sum(rate).label(f"rate_{name}"))
+        found.append(func.sum(rate * since).label(f"lo_{name}"))
+    return found

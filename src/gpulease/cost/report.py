@@ -11,28 +11,29 @@ Core, SQLite and PostgreSQL alike); Python only shapes the few result groups. Mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, literal, select, union_all
-from sqlalchemy.sql import Select
+from sqlalchemy import Connection, Engine, func, select
 
 from gpulease.clock import Clock, SystemClock
 from gpulease.cost.estimates import estimated_against_actual
 from gpulease.cost.overlap import (
     DAY_S,
+    KINDS,
     LEDGER,
+    MEASURES,
+    SPLIT,
     Window,
     bound,
     day_index,
     greatest,
-    least,
     measures,
+    rates,
+    rows_of,
 )
 from gpulease.cost.period import Period, check_by, month_of, resolve
 
-_MEASURES = ("cost_usd", "billed_s", "gpu_s", "entries", "spot_savings_usd", "spot_cost_usd")
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "cluster": ("cluster_name",),
     "job": ("job_id",),
@@ -62,18 +63,25 @@ def cost_report(
 
 
 def build_report(conn: Connection, period: Period, by: str, now: float) -> dict[str, Any]:
+    """One pass over the period's rows gives the breakdown, and the totals are its sum; the
+    forecast and the estimates read narrow indexes (see docs/cost-report.md)."""
     window = Window(period.start, period.end)
-    kinds = _totals_by_kind(conn, window)
-    total = _sum_rows(kinds.values())
+    groups = breakdown(conn, window, by)
+    total = dict.fromkeys(MEASURES, 0.0)
+    for group in groups:  # the groups, never the rows
+        for m in MEASURES:
+            total[m] += group[m]
+    if by == "day":  # a row over several days is in several groups: count it once
+        total["entries"] = float(_entries(conn, window))
     return {
         "period": period.to_json(),
         "by": by,
         "currency": "USD",
         "total": {
             **_shape(total),
-            "by_kind": {k: round(v["cost_usd"], 6) for k, v in kinds.items()},
+            "by_kind": {k: total[f"cost_{k}"] for k in KINDS if total[f"cost_{k}"]},
         },
-        "breakdown": breakdown(conn, window, by),
+        "breakdown": [{"key": g["key"], **_shape(g)} for g in groups],
         "spot_savings": _savings(total),
         "estimates": estimated_against_actual(conn, window),
         "forecast": forecast(conn, now),
@@ -84,56 +92,79 @@ def build_report(conn: Connection, period: Period, by: str, now: float) -> dict[
 
 
 def breakdown(conn: Connection, window: Window, by: str) -> list[dict[str, Any]]:
-    """One row per group, most expensive first (``day``: in date order)."""
+    """One dict of :data:`~gpulease.cost.overlap.MEASURES` per group (and its ``key``), most
+    expensive first (``day``: in date order)."""
     if by == "day":
         return _by_day(conn, window)
-    columns = [LEDGER.c[name] for name in _COLUMNS[by]]
+    rows = rows_of(window, *(LEDGER.c[name] for name in _COLUMNS[by]))
+    columns = [rows.c[name] for name in _COLUMNS[by]]
     query = (
-        select(*columns, *measures(window.share))
-        .where(window.counts)
+        select(*columns, *measures(rows))
         .group_by(*columns)
-        .order_by(func.sum(LEDGER.c.cost_usd * window.share).desc(), *columns)
+        .order_by(func.sum(rows.c.cost_usd * rows.c.share).desc(), *columns)
     )
-    rows = []
+    found = []
     for row in conn.execute(query).mappings():
         key = "/".join("-" if row[c.name] is None else str(row[c.name]) for c in columns)
-        rows.append({"key": key, **_shape(row)})
-    return rows
+        found.append({"key": key, **{m: float(row[m]) for m in MEASURES}})
+    return found
 
 
 def _by_day(conn: Connection, window: Window) -> list[dict[str, Any]]:
-    """UTC days: a row inside one day is grouped by its day number; a row across midnight is
-    split over the days it covers (a join with the period's days, a recursive CTE), each part
-    pro-rated like any overlap. Both halves are one ``UNION ALL`` summed per day."""
-    first = day_index(window.lo)
-    crosses = window.hi > (first + 1) * DAY_S
-    one_day = (
-        select(first.label("day"), *measures(window.share))
-        .where(window.counts, ~crosses)
-        .group_by(first)
-    )
-    start_day, last_day = (
-        int(window.start // DAY_S),
-        int(max(window.start, window.end - 1e-6) // DAY_S),
-    )
-    seed = select(literal(start_day).label("d")).cte("days", recursive=True)
-    days = seed.union_all(select(seed.c.d + 1).where(seed.c.d < last_day))
-    d_lo, d_hi = days.c.d * DAY_S, (days.c.d + 1) * DAY_S
-    part_lo = greatest(window.lo, d_lo)
-    part_hi = least(window.hi, d_hi)
-    share = (part_hi - part_lo) / window.length
-    spread = (
-        select(days.c.d.label("day"), *measures(share))
-        .select_from(LEDGER.join(days, and_(d_lo < window.hi, d_hi > window.lo)))
-        .where(window.counts, crosses)
-        .group_by(days.c.d)
-    )
-    parts = union_all(one_day, spread).subquery()
-    summed = [func.sum(parts.c[m]).label(m) for m in _MEASURES]
-    query = select(parts.c.day, *summed).group_by(parts.c.day).order_by(parts.c.day)
-    return [
-        {"key": _date(int(row["day"])), **_shape(row)} for row in conn.execute(query).mappings()
-    ]
+    """UTC days, in one pass grouped by the days a row's overlap starts and ends in; a row
+    over midnight is split over its days pro rata (:func:`split_days`)."""
+    rows = rows_of(window)
+    first = day_index(rows.c.lo)
+    last = day_index(greatest(rows.c.lo, rows.c.hi - 0.001))  # an end at midnight: the day before
+    query = (
+        select(first.label("first"), last.label("last"), *measures(rows),
+               *rates(rows, window.start))
+        .group_by(first, last)
+    )  # fmt: skip
+    days = split_days(window.start, [dict(row) for row in conn.execute(query).mappings()])
+    return [{"key": _date(day), **sums} for day, sums in sorted(days.items())]
+
+
+def split_days(start: float, groups: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """Per UTC day, the measures of groups of rows whose overlap runs from day ``first`` to day
+    ``last``: a one-day group is that day's; a longer one gives its first day rate × (midnight −
+    overlap start), each day between rate × 86,400 s, its last day the rest. Sums of groups,
+    with the middle days as a difference array: O(groups + days)."""
+    days: dict[int, dict[str, float]] = {}
+    middle: dict[int, dict[str, float]] = {}
+
+    def add(to: dict[int, dict[str, float]], day: int, name: str, value: float) -> None:
+        to.setdefault(day, dict.fromkeys(MEASURES, 0.0))[name] += value
+
+    for g in groups:
+        first, last = int(g["first"]), int(g["last"])
+        for name in MEASURES:
+            if first == last or name not in SPLIT:
+                add(days, first, name, float(g[name] or 0.0))
+        if first == last:
+            continue
+        add(middle, first + 1, "entries", float(g["entries"]))
+        add(middle, last + 1, "entries", -float(g["entries"]))
+        for name in SPLIT:
+            rate, lo = float(g[f"rate_{name}"] or 0.0), float(g[f"lo_{name}"] or 0.0)
+            head = rate * ((first + 1) * DAY_S - start) - lo
+            full = rate * DAY_S
+            add(days, first, name, head)
+            add(days, last, name, float(g[name] or 0.0) - head - full * (last - first - 1))
+            add(middle, first + 1, name, full)
+            add(middle, last, name, -full)
+    running = dict.fromkeys(MEASURES, 0.0)
+    for day in range(min(days, default=0), max(days, default=-1) + 1):
+        for name, value in middle.get(day, {}).items():
+            running[name] += value
+        if any(running.values()):
+            for name, value in running.items():
+                add(days, day, name, value)
+    return days
+
+
+def _entries(conn: Connection, window: Window) -> int:
+    return int(conn.execute(select(func.count()).where(window.counts)).scalar_one())
 
 
 def _date(day: int) -> str:
@@ -143,35 +174,14 @@ def _date(day: int) -> str:
 # ---- totals, savings, forecast ------------------------------------------------------------------
 
 
-def _totals_by_kind(conn: Connection, window: Window) -> dict[str, dict[str, float]]:
-    query: Select[Any] = (
-        select(LEDGER.c.kind, *measures(window.share))
-        .where(window.counts)
-        .group_by(LEDGER.c.kind)
-        .order_by(LEDGER.c.kind)
-    )
-    return {
-        str(row["kind"]): {m: float(row[m]) for m in _MEASURES}
-        for row in conn.execute(query).mappings()
-    }
-
-
-def _sum_rows(rows: Sequence[dict[str, float]] | Any) -> dict[str, float]:
-    total = dict.fromkeys(_MEASURES, 0.0)
-    for row in rows:
-        for m in _MEASURES:
-            total[m] += float(row[m])
-    return total
-
-
-def _shape(row: Any) -> dict[str, Any]:
+def _shape(row: dict[str, float]) -> dict[str, Any]:
     """The measures of one group as the report shows them (hours, not seconds)."""
     return {
-        "cost_usd": float(row["cost_usd"]),
-        "billed_hours": float(row["billed_s"]) / 3600.0,
-        "gpu_hours": float(row["gpu_s"]) / 3600.0,
+        "cost_usd": row["cost_usd"],
+        "billed_hours": row["billed_s"] / 3600.0,
+        "gpu_hours": row["gpu_s"] / 3600.0,
         "entries": int(row["entries"]),
-        "spot_savings_usd": float(row["spot_savings_usd"]),
+        "spot_savings_usd": row["spot_savings_usd"],
     }
 
 
@@ -189,9 +199,14 @@ def _savings(total: dict[str, float]) -> dict[str, Any]:
 def forecast(conn: Connection, now: float) -> dict[str, Any]:
     """The month holding ``now``: its ledger cost so far plus each open row's $/h over the rest
     of the month from where its accrual stands (``ended_at``, so an accrual lag is counted too).
-    """
+    The month so far reads the ``(ended_at, started_at, cost_usd)`` index only."""
     name, start, end = month_of(now)
-    so_far = _sum_rows(_totals_by_kind(conn, Window(start, now)).values())["cost_usd"]
+    so_far_window = Window(start, now)
+    so_far = conn.execute(
+        select(func.coalesce(func.sum(LEDGER.c.cost_usd * so_far_window.share), bound(0.0))).where(
+            so_far_window.counts
+        )
+    ).scalar_one()
     c = LEDGER.c
     from_at = greatest(c.ended_at, bound(start))
     rest_s = greatest(bound(end) - from_at, bound(0.0))
@@ -204,9 +219,9 @@ def forecast(conn: Connection, now: float) -> dict[str, Any]:
     return {
         "month": name,
         "as_of": now,
-        "so_far_usd": so_far,
+        "so_far_usd": float(so_far),
         "burn_usd_per_hour": float(row["burn"]),
         "open_entries": int(row["open"]),
         "hours_left": max(0.0, (end - now) / 3600.0),
-        "forecast_usd": so_far + float(row["rest"]),
+        "forecast_usd": float(so_far) + float(row["rest"]),
     }
