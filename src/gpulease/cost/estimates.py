@@ -59,8 +59,8 @@ def _actuals(conn: Connection, window: Window, column: str) -> dict[int, Any]:
         .order_by(func.sum(c.cost_usd).desc())
         .limit(LIMIT * 5)
     )  # fmt: skip
-    if column == "cluster_id":
-        query = query.where(c.job_id.is_(None))
+    if column == "cluster_id":  # outside any job; in HAVING, so the cluster index serves it
+        query = query.having(func.count(c.job_id) == 0)
     return {int(row.run): row for row in conn.execute(query)}
 
 
