@@ -141,9 +141,9 @@ def test_estimated_against_actual(engine: Engine) -> None:
         new_cluster = insert(Cluster).values(**_cluster("solo", 2.0)).returning(Cluster.id)
         cluster_id = _new(conn, new_cluster)
     insert_rows(engine, [
-        entry(NOV - D, NOV - D + H, 5.0, job_id=job_id),  # October, still the job's run
-        entry(NOV, NOV + 2 * H, 4.0, job_id=job_id),
-        entry(NOV, NOV + H, 1.0, job_id=plain),
+        entry(NOV - D, NOV - D + H, 5.0, job_id=job_id, cluster_id=98),  # October: the run
+        entry(NOV, NOV + 2 * H, 4.0, job_id=job_id, cluster_id=98),
+        entry(NOV, NOV + H, 1.0, job_id=plain, cluster_id=99),
         entry(NOV, NOV + 3 * H, 2.5, cluster_id=cluster_id, job_id=None),
         entry(NOV, NOV + 3 * H, 0.1, cluster_id=cluster_id, job_id=None, kind="volume"),
     ])  # fmt: skip
