@@ -55,6 +55,17 @@ def test_by_day_splits_a_row_across_midnight(engine: Engine) -> None:
     assert (day_one["entries"], day_one["billed_hours"]) == (2, pytest.approx(14.0))
 
 
+def test_by_day_spreads_a_long_row_over_every_day_it_covers(engine: Engine) -> None:
+    insert_rows(engine, [entry(NOV + 6 * H, NOV + 5 * D + 18 * H, 1.0, gpu_count=2),
+                         entry(NOV + 2 * D + H, NOV + 4 * D, 0.5)])  # 47 h, 2 days  # fmt: skip
+    rows = {r["key"]: r for r in _report(engine, month="2026-11", by="day")["breakdown"]}
+    costs = {k: round(r["cost_usd"], 6) for k, r in rows.items()}
+    assert costs == {"2026-11-01": 18.0, "2026-11-02": 24.0, "2026-11-03": 35.5,
+                     "2026-11-04": 36.0, "2026-11-05": 24.0, "2026-11-06": 18.0}  # fmt: skip
+    assert rows["2026-11-04"]["entries"] == 2 and rows["2026-11-05"]["entries"] == 1
+    assert rows["2026-11-02"]["gpu_hours"] == pytest.approx(48.0)
+
+
 def test_by_day_prorates_at_the_since_edge(engine: Engine) -> None:
     insert_rows(engine, [entry(NOW - 2 * D, NOW, 1.0)])
     report = _report(engine, since="36h", by="day")
