@@ -33,11 +33,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cost.synthetic import fill  # noqa: E402
-from sqlalchemy import Engine, text  # noqa: E402
+from sqlalchemy import Connection, Engine, text  # noqa: E402
 
 from gpulease.clock import VirtualClock  # noqa: E402
+from gpulease.cost.estimates import estimated_against_actual  # noqa: E402
+from gpulease.cost.overlap import Window  # noqa: E402
 from gpulease.cost.period import GROUPS, month_of  # noqa: E402
-from gpulease.cost.report import cost_report  # noqa: E402
+from gpulease.cost.report import breakdown, cost_report, forecast  # noqa: E402
 from gpulease.state import make_engine, upgrade  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,6 +82,9 @@ def bench(kind: str, engine: Engine, home: Path, env: dict[str, str], args: Any)
     for by in GROUPS:
         run = lambda by=by: report.update(cost_report(engine, by=by, clock=clock))  # noqa: E731
         out[f"report_since30d_by_{by}_s"] = median_s(run, args.repeat)
+    parts = _parts(engine, now)
+    for name, fn in parts.items():
+        out[f"part_{name}_s"] = median_s(fn, args.repeat)
     month = month_of(now - 86400 * 20)[0]
     run_month = lambda: cost_report(engine, month=month, by="day", clock=clock)  # noqa: E731
     out[f"report_month_{month}_by_day_s"] = median_s(run_month, args.repeat)
@@ -96,6 +101,25 @@ def bench(kind: str, engine: Engine, home: Path, env: dict[str, str], args: Any)
                        env={**os.environ, "GPULEASE_HOME": str(home), **env},
                        capture_output=True, check=False)  # fmt: skip
     return out
+
+
+def _parts(engine: Engine, now: float) -> dict[str, Callable[[], object]]:
+    """The statements of one ``--since 30d --by day`` report, each alone."""
+    window = Window(now - 30 * 86400, now)
+
+    def part(fn: Callable[[Connection], object]) -> Callable[[], object]:
+        def run() -> object:
+            with engine.connect() as conn:
+                return fn(conn)
+
+        return run
+
+    return {
+        "breakdown_by_day": part(lambda c: breakdown(c, window, "day")),
+        "breakdown_by_provider": part(lambda c: breakdown(c, window, "provider")),
+        "estimates": part(lambda c: estimated_against_actual(c, window)),
+        "forecast": part(lambda c: forecast(c, now)),
+    }
 
 
 def run_sqlite(args: Any) -> dict[str, Any]:
