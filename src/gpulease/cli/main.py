@@ -17,6 +17,7 @@ from gpulease.cli import (
     catalog_cmd,
     checkpoint_cmd,
     cluster_cmd,
+    cost_cmd,
     dashboard_cmd,
     estimate_cmd,
     gpus_cmd,
@@ -54,6 +55,7 @@ app.add_typer(checkpoint_cmd.app, name="checkpoints")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(metrics_cmd.app, name="metrics")
 app.command("dashboard")(dashboard_cmd.dashboard)
+app.command("cost")(cost_cmd.cost)
 
 
 @app.command("schema")

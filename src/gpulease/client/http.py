@@ -221,6 +221,18 @@ class Client:
         params = None if cluster is None else {"cluster": cluster}
         return self._http.json("GET", "/v1/telemetry/latest", params=params)
 
+    # ---- cost ---------------------------------------------------------------------------------
+
+    def cost(
+        self, since: str | None = None, month: str | None = None, by: str | None = None
+    ) -> dict[str, Any]:
+        """The cost report from the ledger (docs/cost-report.md): over the last ``since``
+        (``30d``, the default) or the UTC ``month`` (``2026-11``), broken down ``by`` day
+        (default), cluster, job, task, provider, region, gpu, pricing or user."""
+        given = {"since": since, "month": month, "by": by}
+        params = {k: v for k, v in given.items() if v is not None}
+        return self._http.json("GET", "/v1/cost", params=params or None)
+
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found

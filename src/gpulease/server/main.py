@@ -39,6 +39,7 @@ from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.ckpt_syncs import CheckpointSyncs
+from gpulease.server.cost_routes import CostReports
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
 from gpulease.server.metrics import (
@@ -171,6 +172,7 @@ def _assemble(home: Path) -> _Parts:
         metrics=metrics,
         telemetry=reader,
         logins=Logins(clock),
+        cost=CostReports(engine, clock),
     )
     return parts
 

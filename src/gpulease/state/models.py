@@ -314,6 +314,18 @@ class LedgerEntry(Base):
         Index(None, "cluster_id"),
         Index(None, "job_id"),
         Index(None, "closed"),
+        # the cost reports' narrow indexes (gpulease.cost): a period's rows, a run's spend
+        Index("ix_ledger_entries_period", "ended_at", "started_at", "cost_usd"),
+        Index("ix_ledger_entries_job_cost", "job_id", "started_at", "ended_at", "cost_usd"),
+        Index(
+            "ix_ledger_entries_cluster_cost",
+            "cluster_id",
+            "job_id",
+            "kind",
+            "started_at",
+            "ended_at",
+            "cost_usd",
+        ),
         {"sqlite_autoincrement": True},
     )
 

@@ -17,6 +17,14 @@ depends_on = None
 
 _TABLE = "ledger_entries"
 _INDEXED = ("started_at", "ended_at", "cluster_id", "job_id", "closed")
+# the cost reports' narrow indexes (gpulease.cost): a period's rows, a run's spend
+_COVERING = {
+    "ix_ledger_entries_period": ["ended_at", "started_at", "cost_usd"],
+    "ix_ledger_entries_job_cost": ["job_id", "started_at", "ended_at", "cost_usd"],
+    "ix_ledger_entries_cluster_cost": [
+        "cluster_id", "job_id", "kind", "started_at", "ended_at", "cost_usd"
+    ],
+}  # fmt: skip
 
 
 def upgrade() -> None:
@@ -61,9 +69,13 @@ def upgrade() -> None:
 
     for column in _INDEXED:
         op.create_index(op.f(f"ix_{_TABLE}_{column}"), _TABLE, [column], unique=False)
+    for name, columns in _COVERING.items():
+        op.create_index(op.f(name), _TABLE, columns, unique=False)
 
 
 def downgrade() -> None:
+    for name in reversed(_COVERING):
+        op.drop_index(op.f(name), table_name=_TABLE)
     for column in reversed(_INDEXED):
         op.drop_index(op.f(f"ix_{_TABLE}_{column}"), table_name=_TABLE)
 

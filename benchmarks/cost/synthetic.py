@@ -1,0 +1,109 @@
+"""A synthetic cost ledger for the benchmark: ``n`` rows of ``ledger_entries`` (the real schema,
+migrated by alembic) over the 60 days before ``now``, with clusters, jobs (with plan
+estimates), tasks, providers, regions, parts, spot and on-demand, users, volumes and storage, and
+the last rows still open. Deterministic for a seed. SQLite takes the rows by ``executemany``
+(then ``ANALYZE``), PostgreSQL by ``COPY`` (then ``VACUUM ANALYZE``)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Engine, insert
+
+from gpulease.state.models import Cluster, Job, LedgerEntry
+
+DAY = 86400.0
+SPAN_DAYS = 60
+CLUSTERS, JOBS, OPEN = 2000, 500, 1000
+PROVIDERS = {"aws": ["us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1"],
+             "sim": ["sim-east", "sim-west"], "local": ["local"],
+             "slurm": ["site-a", "site-b"]}  # fmt: skip
+PARTS = ["A100", "H100", "L4", "T4", "A10G", "V100", "L40S", "H200"]
+COLUMNS = [c.name for c in LedgerEntry.__table__.columns if c.name != "id"]
+
+
+def rows(n: int, now: float, seed: int = 0) -> Iterator[tuple[Any, ...]]:
+    """The rows as tuples in :data:`COLUMNS` order."""
+    rnd = random.Random(seed)
+    regions = [(p, r) for p, rs in PROVIDERS.items() for r in rs]
+    start = now - SPAN_DAYS * DAY
+    for i in range(n):
+        length = rnd.uniform(600.0, 6 * 3600.0)
+        began = start + (SPAN_DAYS * DAY - length) * i / n
+        is_open = i >= n - OPEN
+        ended = now - rnd.uniform(0, 60) if is_open else began + length
+        kind = rnd.choices(["instance", "volume", "storage"], [90, 7, 3])[0]
+        provider, region = regions[rnd.randrange(len(regions))]
+        spot = kind == "instance" and rnd.random() < 0.4
+        gpus = rnd.choice([1, 2, 4, 8]) if kind == "instance" else 0
+        price = (
+            rnd.uniform(0.5, 4.0) * max(gpus, 1) if kind == "instance" else rnd.uniform(0.01, 0.2)
+        )
+        on_demand = (
+            price / rnd.uniform(0.3, 0.7) if spot else (price if kind == "instance" else None)
+        )
+        cluster = rnd.randrange(1, CLUSTERS + 1) if kind != "storage" else None
+        job = (cluster % JOBS) + 1 if cluster is not None and cluster % 3 == 0 else None
+        billed = ended - began
+        yield (
+            f"{kind}:{i}:{began}", kind, i, f"i-{i:08x}", cluster,
+            None if cluster is None else f"cluster-{cluster}", job, None,
+            f"task-{rnd.randrange(50)}", f"user-{rnd.randrange(20)}", provider, region,
+            f"{region}a", f"type-{gpus}", PARTS[rnd.randrange(len(PARTS))] if gpus else None,
+            gpus, "spot" if spot else "on_demand", price, on_demand,
+            None if kind == "instance" else 100.0, "second:60", began, ended, not is_open,
+            billed, price * billed / 3600.0, began, ended,
+        )  # fmt: skip
+
+
+def fill(engine: Engine, n: int, now: float, seed: int = 0) -> None:
+    """Insert the ledger rows and the clusters / jobs they name (with plan estimates)."""
+    _runs(engine, now)
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        if engine.dialect.name == "postgresql":
+            names = ", ".join(f'"{c}"' for c in COLUMNS)
+            with cur.copy(f"COPY ledger_entries ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+                for row in rows(n, now, seed):
+                    copy.write_row(row)
+        else:
+            marks = ", ".join("?" for _ in COLUMNS)
+            names = ", ".join(f'"{c}"' for c in COLUMNS)
+            batch: list[tuple[Any, ...]] = []
+            for row in rows(n, now, seed):
+                batch.append(row)
+                if len(batch) == 50_000:
+                    cur.executemany(f"INSERT INTO ledger_entries ({names}) VALUES ({marks})", batch)
+                    batch.clear()
+            if batch:
+                cur.executemany(f"INSERT INTO ledger_entries ({names}) VALUES ({marks})", batch)
+        raw.commit()
+    finally:
+        raw.close()
+    if engine.dialect.name == "postgresql":  # what autovacuum does on a live install: the
+        # visibility map lets index-only scans skip the heap
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE ledger_entries")
+    else:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
+
+
+def _runs(engine: Engine, now: float) -> None:
+    common = dict(owner="bench", status_changed_at=now, created_at=now, updated_at=now)
+    clusters = [dict(name=f"cluster-{i}", status="terminated", provider="aws", gpus_per_node=8,
+                     num_nodes=1, pricing="on_demand", price_per_hour=10.0, task={},
+                     autostop_down=False, failover_history=[], **common)
+                for i in range(1, CLUSTERS + 1)]  # fmt: skip
+    doc = {"policy": {"job_s": 36000.0, "use_spot": "auto"}, "task_id": "t",
+           "spot": [{"provider": "aws", "price_per_hour": 12.0}], "on_demand": []}  # fmt: skip
+    jobs = [dict(name=f"job-{i}", status="succeeded", task=doc, clock="system", attempt=1,
+                 recoveries=0, restarts=0, blocked=[], events=[], cost_usd=0.0, run_s=0.0,
+                 started_at_job=now, cancel_requested=False, **common)
+            for i in range(1, JOBS + 1)]  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(insert(Cluster), clusters)
+        conn.execute(insert(Job), jobs)
