@@ -47,15 +47,22 @@ def rows(n: int, now: float, seed: int = 0) -> Iterator[tuple[Any, ...]]:
         cluster = rnd.randrange(1, CLUSTERS + 1) if kind != "storage" else None
         job = (cluster % JOBS) + 1 if cluster is not None and cluster % 3 == 0 else None
         billed = ended - began
-        yield (
-            f"{kind}:{i}:{began}", kind, i, f"i-{i:08x}", cluster,
-            None if cluster is None else f"cluster-{cluster}", job, None,
-            f"task-{rnd.randrange(50)}", f"user-{rnd.randrange(20)}", provider, region,
-            f"{region}a", f"type-{gpus}", PARTS[rnd.randrange(len(PARTS))] if gpus else None,
-            gpus, "spot" if spot else "on_demand", price, on_demand,
-            None if kind == "instance" else 100.0, "second:60", began, ended, not is_open,
-            billed, price * billed / 3600.0, began, ended,
-        )  # fmt: skip
+        row = {
+            "entry_key": f"{kind}:{i}:{began}", "kind": kind, "node_id": i,
+            "instance_id": f"i-{i:08x}", "cluster_id": cluster,
+            "cluster_name": None if cluster is None else f"cluster-{cluster}", "job_id": job,
+            "service": None, "task_name": f"task-{rnd.randrange(50)}",
+            "user": f"user-{rnd.randrange(20)}", "provider": provider, "region": region,
+            "zone": f"{region}a", "instance_type": f"type-{gpus}",
+            "accelerator": PARTS[rnd.randrange(len(PARTS))] if gpus else None,
+            "gpu_count": gpus, "pricing": "spot" if spot else "on_demand",
+            "price_per_hour": price, "on_demand_price_per_hour": on_demand,
+            "quoted_per_hour": price, "quantity": None if kind == "instance" else 100.0,
+            "billing": "second:60", "run_started_at": began, "started_at": began,
+            "ended_at": ended, "closed": not is_open, "billed_s": billed,
+            "cost_usd": price * billed / 3600.0, "created_at": began, "updated_at": ended,
+        }  # fmt: skip
+        yield tuple(row[c] for c in COLUMNS)
 
 
 def fill(engine: Engine, n: int, now: float, seed: int = 0) -> None:

@@ -135,3 +135,5 @@ def test_the_ledger_bills_a_preempted_spot_job_by_hand_to_the_cent(
     assert round(ledger, 2) == round(hand, 2)
     assert round(view["cost"]["spent_usd"], 2) == round(hand, 2)
     assert hand > 0
+    report = json.loads(user("cost", "--json", "--by", "job", check=True).stdout)
+    assert round(report["total"]["cost_usd"], 2) == round(hand, 2), report["total"]

@@ -39,6 +39,7 @@ def entry(
         "task_name": "train",
         "created_at": started_at,
         "updated_at": ended_at,
+        "run_started_at": started_at,
         **fields,
         "started_at": started_at,
         "ended_at": ended_at,
