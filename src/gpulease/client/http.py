@@ -221,6 +221,12 @@ class Client:
         params = None if cluster is None else {"cluster": cluster}
         return self._http.json("GET", "/v1/telemetry/latest", params=params)
 
+    def sla(self, month: str | None = None) -> dict[str, Any]:
+        """The month's (``YYYY-MM``; default this month) availability per provider and region
+        against the config's promise, the breaches and the credit owed (docs/cost-sla.md)."""
+        params = None if month is None else {"month": month}
+        return self._http.json("GET", "/v1/sla", params=params)
+
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found

@@ -52,6 +52,7 @@ from gpulease.server.provider_calls import ProviderCalls
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.sla import sla_view
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
 from gpulease.server.telemetry.prom import RelayedMetrics
 from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
@@ -171,6 +172,7 @@ def _assemble(home: Path) -> _Parts:
         metrics=metrics,
         telemetry=reader,
         logins=Logins(clock),
+        sla=lambda month: sla_view(engine, cfg, clock, month),
     )
     return parts
 

@@ -1,0 +1,1 @@
+"""Cost: reading the ledger and the history for reports (``cost``, ``audit``, ``sla``, ``tco``)."""
