@@ -49,6 +49,7 @@ from gpulease.server.metrics import (
 )
 from gpulease.server.metrics_jobs import JobMetricInputs
 from gpulease.server.provider_calls import ProviderCalls
+from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
@@ -136,7 +137,9 @@ def _assemble(home: Path) -> _Parts:
     with session_scope(engine) as session:
         owner = server_owner_id(session, now=clock.now())
     cfg = config.load_config()
-    calls = ProviderCalls()  # gpulease_provider_api_calls_total
+    outages = ProviderOutages(engine, clock)  # provider_outages, for gpulease sla
+    outages.close_stale()
+    calls = ProviderCalls(watchers=(outages,))  # gpulease_provider_api_calls_total
     providers = build_providers(cfg, calls=calls)
     settings = provider_settings(cfg)
     file_limit = max_bytes(cfg)
