@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ def user(cli: Cli) -> Iterator[Cli]:
     cli("server", "stop")
 
 
-def test_sla_report_from_the_server(user: Cli) -> None:
+def test_sla_report_from_the_server(user: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = open_database(f"sqlite:///{user.home / 'state.db'}")
     seed(engine)
     engine.dispose()
@@ -40,9 +41,22 @@ def test_sla_report_from_the_server(user: Cli) -> None:
     assert [(p["provider"], p["met"]) for p in view["providers"]] == [("aws", False), ("sim", True)]
     assert round(view["credit_usd"], 2) == 145.00
     assert {b["kind"] for b in view["breaches"]} == {"node_lost", "agent_unreachable", "api_outage"}
+    sdk_answers(user.home, monkeypatch)
     text = user("sla", "--month", "2026-11", check=True).stdout
     assert "98.403%" in text and "99.9% (missed)" in text and "credit owed: $145.00" in text
     assert "node_lost" in text and "c1" in text
+
+
+def sdk_answers(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's ``Client.sla`` against the same running server, a bad month a 422."""
+    from gpulease.client import InvalidRequest, connect
+
+    monkeypatch.setenv("GPULEASE_HOME", str(home))
+    with connect(autostart=False) as api:
+        assert round(api.sla("2026-11")["credit_usd"], 2) == 145.00
+        assert api.sla("2026-10")["providers"] == []
+        with pytest.raises(InvalidRequest, match="--month"):
+            api.sla("2026-13")
 
 
 def test_a_bad_month_exits_2_without_a_server(cli: Cli) -> None:
