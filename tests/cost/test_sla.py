@@ -5,6 +5,7 @@ nodes ran and a shorter one does not; availability and the credit to the cent.""
 
 from __future__ import annotations
 
+import inspect
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -168,6 +169,30 @@ def test_spot_node_gone_is_a_preemption_and_lost_then_preempted_is_not_a_breach(
         view = report(s, CONFIG, month="2026-11", now=NOW)
     assert view["breaches"] == []
     assert view["providers"][0]["availability_pct"] == 100.0
+
+
+def test_an_api_outage_over_a_price_change_is_one_breach_at_the_first_price(
+    engine: Engine,
+) -> None:
+    with session_scope(engine) as s:
+        ledger(s, 1, 1, 0, 10, 4.0)
+        ledger(s, 1, 1, 10, 20, 5.0)  # the price changed at 10 h
+        ready(s, 1, 0)
+        outage(s, 9.5, 60)  # 9.5 h to 10.5 h
+    with session_scope(engine) as s:
+        view = report(s, CONFIG, month="2026-11", now=NOW)
+    (breach,) = view["breaches"]
+    assert (breach["kind"], breach["outage_hours"]) == ("api_outage", 1.0)
+    assert view["providers"][0]["availability_pct"] == pytest.approx(95.0)
+    assert round(view["credit_usd"], 2) == 40.00  # 10 × 4 $/h × 1 h
+
+
+def test_the_reasons_read_are_the_controllers() -> None:
+    """The history's reasons this module recognises are the ones the controller writes."""
+    from gpulease.controller import running, timeouts
+
+    assert f'"{GONE_REASON}"' in inspect.getsource(running)
+    assert 'f"timed out: {rule.why}"' in inspect.getsource(timeouts)
 
 
 def test_the_config_and_the_month_are_checked() -> None:

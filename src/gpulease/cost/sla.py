@@ -33,6 +33,7 @@ from gpulease.state.models import LedgerEntry, ProviderOutage, StatusChange
 
 GONE_REASON = "the provider no longer lists its instance"
 TIMED_OUT = "timed out"
+_CHUNK = 500
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 _SERVING = frozenset({"ready", "lost"})
 _DOWN = frozenset({"terminating", "failed"})
@@ -149,13 +150,18 @@ def _nodes(session: Session, start: float, end: float) -> dict[int, _Node]:
 
 
 def _history(session: Session, kind: str, ids: Iterable[int], end: float) -> list[StatusChange]:
+    """The entities' status changes before ``end``, oldest first (ids asked in chunks, so the
+    statement stays under the databases' bound-parameter limits)."""
     wanted = sorted(set(ids))
-    if not wanted:
-        return []
-    query = select(StatusChange).where(
-        StatusChange.entity_kind == kind, StatusChange.entity_id.in_(wanted), StatusChange.at < end
-    )
-    return list(session.scalars(query.order_by(StatusChange.at, StatusChange.id)))
+    found: list[StatusChange] = []
+    for i in range(0, len(wanted), _CHUNK):
+        query = select(StatusChange).where(
+            StatusChange.entity_kind == kind,
+            StatusChange.entity_id.in_(wanted[i : i + _CHUNK]),
+            StatusChange.at < end,
+        )
+        found += session.scalars(query)
+    return sorted(found, key=lambda c: (c.at, c.id))
 
 
 def _restores(session: Session, nodes: Mapping[int, _Node], end: float) -> dict[str, list[float]]:
@@ -233,7 +239,8 @@ def _api_breaches(
         for node in nodes.values():
             if node.provider != o.provider or (o.region and node.region != o.region):
                 continue
-            for r0, r1, _price in node.rows:  # the outage counts only where the node was billed
+            billed = _merged((r[0], r[1]) for r in node.rows)
+            for r0, r1 in billed:  # the outage counts only where the node was billed
                 a, b = max(r0, o.started_at), min(r1, stop)
                 if b > a:
                     breaches.append(Breach("api_outage", node, a, b, why))
