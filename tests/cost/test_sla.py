@@ -48,6 +48,8 @@ def ledger(  # noqa: PLR0917 - a seeding helper read as a table row
     row = {"kind": "instance", "user": "me", "provider": "aws", "region": "us-east-1",
            "gpu_count": 1, "pricing": "on_demand", "billing": "second:60", "closed": True,
            "on_demand_price_per_hour": price, "cluster_name": f"c{cluster}", **kw}  # fmt: skip
+    if hasattr(LedgerEntry, "run_started_at"):  # i16-ledger's column (NOT NULL), once merged
+        row["run_started_at"] = start
     s.add(LedgerEntry(entry_key=f"n{node}-{start_h}", node_id=node, cluster_id=cluster,
                       price_per_hour=price, started_at=start, ended_at=end, billed_s=end - start,
                       cost_usd=price * (end - start) / H, created_at=start, updated_at=end,
