@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from gpulease.cost.sla import GONE_REASON, clauses, parse_month, report
+from gpulease.cost.sla import AUTOSTOP, GONE_REASON, clauses, parse_month, report
 from gpulease.errors import UserInputError
 from gpulease.state import make_engine, session_scope
 from gpulease.state.models import LedgerEntry, ProviderOutage, StatusChange
@@ -130,22 +130,26 @@ def test_breaches_availability_and_credit_to_the_cent(engine: Engine) -> None:
     assert round(view["credit_usd"], 2) == 145.00
 
 
-def test_a_promise_kept_owes_nothing_and_a_user_down_ends_a_loss(engine: Engine) -> None:
+def test_a_promise_kept_owes_nothing_and_a_down_or_autostop_ends_a_loss(engine: Engine) -> None:
     with session_scope(engine) as s:
         ledger(s, 1, 1, 0, 10, 4.0)
         ready(s, 1, 0)
         change(s, "node", 1, "ready", "lost", 9, "6 agent polls missed in a row")
         change(s, "node", 1, "lost", "terminating", 10, "timed out: lost for 10 min")
         change(s, "cluster", 1, "failed", "terminating", 13, "down requested", actor="user")
+        ledger(s, 2, 2, 0, 10, 4.0)  # another, gone at 10 h, its cluster autostopped at 11 h
+        ready(s, 2, 0)
+        change(s, "node", 2, "ready", "terminating", 10, GONE_REASON)
+        change(s, "cluster", 2, "failed", "stopping", 11, "autostop: idle for 60 min")
     lenient = {"sla": {"aws": {"promise": 60, "credit": {"per_outage_hour": 10}}}}
     with session_scope(engine) as s:
         strict = report(s, CONFIG, month="2026-11", now=NOW)
         kept = report(s, lenient, month="2026-11", now=NOW)
-    (lost,) = strict["breaches"]
-    assert (lost["kind"], lost["outage_hours"]) == ("node_lost", 4.0)  # lost at 9 h, down at 13 h
-    assert round(strict["credit_usd"], 2) == 160.00  # 10 × 4 $/h × 4 h
+    lost = [(b["kind"], b["node_id"], b["outage_hours"]) for b in strict["breaches"]]
+    assert lost == [("node_lost", 1, 4.0), ("node_lost", 2, 1.0)]  # 9 h → down at 13 h; 10 → 11
+    assert round(strict["credit_usd"], 2) == 200.00  # 10 × 4 $/h × (4 h + 1 h)
     (aws,) = kept["providers"]
-    assert aws["availability_pct"] == pytest.approx(100 * 9 / 13)  # 10 billed + 3 unbilled h
+    assert aws["availability_pct"] == pytest.approx(100 * 19 / 24)  # 20 billed + 4 unbilled h
     assert (aws["met"], aws["credit_usd"]) == (True, 0.0)
     assert report_month_is_empty(engine)
 
@@ -191,9 +195,10 @@ def test_an_api_outage_over_a_price_change_is_one_breach_at_the_first_price(
 
 def test_the_reasons_read_are_the_controllers() -> None:
     """The history's reasons this module recognises are the ones the controller writes."""
-    from gpulease.controller import running, timeouts
+    from gpulease.controller import lifecycle, running, timeouts
 
     assert f'"{GONE_REASON}"' in inspect.getsource(running)
+    assert f'f"{AUTOSTOP} ' in inspect.getsource(lifecycle)
     assert 'f"timed out: {rule.why}"' in inspect.getsource(timeouts)
 
 

@@ -9,10 +9,11 @@ fee), ``status_changes`` (the nodes', clusters' and jobs' histories) and ``provi
 A breach is (1) a node the provider lost while it served — its instance no longer listed, or
 LOST past its timeout — that was neither preempted nor priced spot (spot capacity may be taken
 back) nor taken down at our request; it lasts until a replacement node of its cluster or job
-is ready, a user stops or takes down the cluster or cancels the job, or the month ends; (2) a
-node whose agent stayed unreachable (LOST) while billed, until it answers again, unless it
-turns out preempted; (3) the provider's API unavailable for longer than the window while the
-node ran, over the whole outage. A node's breaches are merged, so no second counts twice.
+is ready, a user, a budget or autostop stops or takes down the cluster, a user cancels the job,
+or the month ends; (2) a node whose agent stayed unreachable (LOST) while billed, until it
+answers again, unless it turns out preempted; (3) the provider's API unavailable for longer
+than the window while the node ran, over the whole outage. A node's breaches are merged, so
+no second counts twice.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from gpulease.state.models import LedgerEntry, ProviderOutage, StatusChange
 
 GONE_REASON = "the provider no longer lists its instance"
 TIMED_OUT = "timed out"
+AUTOSTOP = "autostop:"
+_REQUESTERS = frozenset({"user", "budget"})  # the actors of a stop, down or cancel we asked for
 _CHUNK = 500
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 _SERVING = frozenset({"ready", "lost"})
@@ -164,22 +167,26 @@ def _history(session: Session, kind: str, ids: Iterable[int], end: float) -> lis
     return sorted(found, key=lambda c: (c.at, c.id))
 
 
-def _restores(session: Session, nodes: Mapping[int, _Node], end: float) -> dict[str, list[float]]:
+def _restores(
+    session: Session, nodes: Mapping[int, _Node], node_changes: Iterable[StatusChange], end: float
+) -> dict[str, list[float]]:
     """When each cluster (``c<id>``) or job (``j<id>``) had capacity back or no longer wanted it:
-    a node of it became ready, a user stopped or took down the cluster, or cancelled the job."""
+    a node of it became ready; a user, a budget or autostop stopped or took down the cluster; a
+    user cancelled the job."""
     found: dict[str, list[float]] = defaultdict(list)
-    for change in _history(session, "node", nodes, end):
+    for change in node_changes:
         node = nodes[change.entity_id]
         if change.to_status == "ready" and change.from_status != "lost":
             for key in _keys(node):
                 found[key].append(change.at)
     clusters = {n.cluster_id for n in nodes.values() if n.cluster_id is not None}
     for change in _history(session, "cluster", clusters, end):
-        if change.actor == "user" and change.to_status in ("stopping", "terminating"):
+        asked = change.actor in _REQUESTERS or change.reason.startswith(AUTOSTOP)
+        if asked and change.to_status in ("stopping", "terminating"):
             found[f"c{change.entity_id}"].append(change.at)
     jobs = {n.job_id for n in nodes.values() if n.job_id is not None}
     for change in _history(session, "job", jobs, end):
-        if change.actor == "user" and change.to_status in ("cancelling", "cancelled"):
+        if change.actor in _REQUESTERS and change.to_status in ("cancelling", "cancelled"):
             found[f"j{change.entity_id}"].append(change.at)
     return found
 
@@ -270,9 +277,10 @@ def report(
     end_seen = min(end, now)
     rules = clauses(config)
     nodes = _nodes(session, start, end)
-    restores = _restores(session, nodes, end_seen)
+    node_changes = _history(session, "node", nodes, end_seen)
+    restores = _restores(session, nodes, node_changes, end_seen)
     by_node: dict[int, list[StatusChange]] = defaultdict(list)
-    for change in _history(session, "node", nodes, end_seen):
+    for change in node_changes:
         by_node[change.entity_id].append(change)
     breaches = [
         b for n in nodes.values() for b in _node_breaches(n, by_node[n.node_id], restores, end_seen)
