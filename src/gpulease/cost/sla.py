@@ -63,8 +63,10 @@ def parse_month(month: str | None, now: float) -> tuple[str, float, float]:
         year, mon = d.year, d.month
     else:
         m = _MONTH.match(month.strip())
-        if not m or not 1 <= int(m.group(2)) <= 12:
-            raise UserInputError(f"--month: a month such as 2026-11, not {month!r}")
+        if not m or not 1 <= int(m.group(2)) <= 12 or not 1970 <= int(m.group(1)) <= 9998:
+            raise UserInputError(
+                f"--month: a month such as 2026-11 (1970-01 to 9998-12), not {month!r}"
+            )
         year, mon = int(m.group(1)), int(m.group(2))
     start = datetime(year, mon, 1, tzinfo=UTC).timestamp()
     days = calendar.monthrange(year, mon)[1]
