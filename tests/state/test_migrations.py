@@ -30,6 +30,7 @@ TABLES = {
     "server_identity",
     "telemetry_points",
     "ledger_entries",
+    "provider_outages",
 }
 
 
@@ -100,6 +101,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0005_task_failure.py",
         "0006_telemetry.py",
         "0007_ledger.py",
+        "0008_sla.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

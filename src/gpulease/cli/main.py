@@ -26,6 +26,7 @@ from gpulease.cli import (
     metrics_cmd,
     plan_cmd,
     server_cmd,
+    sla_cmd,
     spot_cmd,
     ssh_cmd,
     top_cmd,
@@ -56,6 +57,7 @@ app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(metrics_cmd.app, name="metrics")
 app.command("dashboard")(dashboard_cmd.dashboard)
 app.command("cost")(cost_cmd.cost)
+app.command("sla")(sla_cmd.sla)
 
 
 @app.command("schema")

@@ -233,6 +233,12 @@ class Client:
         params = {k: v for k, v in given.items() if v is not None}
         return self._http.json("GET", "/v1/cost", params=params or None)
 
+    def sla(self, month: str | None = None) -> dict[str, Any]:
+        """The month's (``YYYY-MM``; default this month) availability per provider and region
+        against the config's promise, the breaches and the credit owed (docs/cost-sla.md)."""
+        params = None if month is None else {"month": month}
+        return self._http.json("GET", "/v1/sla", params=params)
+
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found

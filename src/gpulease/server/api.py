@@ -87,6 +87,7 @@ def create_app(
     telemetry: TelemetryReader | None = None,
     logins: Logins | None = None,
     cost: CostReports | None = None,
+    sla: Callable[[str | None], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
     session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
@@ -118,6 +119,8 @@ def create_app(
         _telemetry_routes(router, telemetry)
     if cost is not None:
         cost_routes(router, cost)  # GET /v1/cost
+    if sla is not None:
+        _sla_route(router, sla)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
@@ -272,6 +275,15 @@ def _telemetry_routes(router: APIRouter, telemetry: TelemetryReader) -> None:
     @router.get("/telemetry/latest")
     def latest(cluster: str | None = None) -> dict[str, Any]:
         return telemetry.latest_view(cluster)
+
+
+def _sla_route(router: APIRouter, sla: Callable[[str | None], dict[str, Any]]) -> None:
+    """``GET /v1/sla?month=2026-11``: availability and credits (docs/cost-sla.md); a bad month is
+    a 422 naming ``--month``."""
+
+    @router.get("/sla")
+    def sla_report(month: str | None = None) -> dict[str, Any]:
+        return sla(month)
 
 
 class _Unauthorised(Exception):

@@ -50,9 +50,11 @@ from gpulease.server.metrics import (
 )
 from gpulease.server.metrics_jobs import JobMetricInputs
 from gpulease.server.provider_calls import ProviderCalls
+from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.sla import sla_view
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
 from gpulease.server.telemetry.prom import RelayedMetrics
 from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
@@ -136,7 +138,9 @@ def _assemble(home: Path) -> _Parts:
     with session_scope(engine) as session:
         owner = server_owner_id(session, now=clock.now())
     cfg = config.load_config()
-    calls = ProviderCalls()  # gpulease_provider_api_calls_total
+    outages = ProviderOutages(engine, clock)  # provider_outages, for gpulease sla
+    outages.close_stale()
+    calls = ProviderCalls(watchers=(outages,))  # gpulease_provider_api_calls_total
     providers = build_providers(cfg, calls=calls)
     settings = provider_settings(cfg)
     file_limit = max_bytes(cfg)
@@ -173,6 +177,7 @@ def _assemble(home: Path) -> _Parts:
         telemetry=reader,
         logins=Logins(clock),
         cost=CostReports(engine, clock),
+        sla=lambda month: sla_view(engine, cfg, clock, month),
     )
     return parts
 

@@ -9,8 +9,9 @@ same, so ``isinstance`` checks of its capabilities (``SupportsSpot``, ``Supports
 and every other attribute behave as before, and what a call returns or raises passes through
 unchanged. Labels are bounded: ``operation`` is one of :data:`OPERATIONS`; ``code`` is the
 error's own ``code`` (an EC2 error code) when it is a short identifier, else its class name, and
-at most :data:`MAX_CODES` distinct codes per provider and operation (then ``other``). Moves no
-states.
+at most :data:`MAX_CODES` distinct codes per provider and operation (then ``other``). Its
+``watchers`` are told every call's outcome (``answered`` / ``failed``):
+:mod:`gpulease.server.provider_outages` persists the API's outages so. Moves no states.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from gpulease.providers.base import Provider
 
@@ -49,13 +50,27 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-class ProviderCalls:
-    """Calls and errors per provider and operation since the server started."""
+class CallWatcher(Protocol):
+    """Told each call's outcome (``server/provider_outages.py`` persists API outages)."""
 
-    def __init__(self) -> None:
+    def answered(self, provider: str, operation: str) -> None: ...
+
+    def failed(self, provider: str, operation: str, exc: BaseException) -> None: ...
+
+
+class ProviderCalls:
+    """Calls and errors per provider and operation since the server started; ``watchers`` are
+    told each call's outcome."""
+
+    def __init__(self, watchers: Sequence[CallWatcher] = ()) -> None:
         self._lock = threading.Lock()
         self._calls: dict[tuple[str, str], int] = {}
         self._errors: dict[tuple[str, str, str], int] = {}
+        self._watchers = tuple(watchers)
+
+    def answered(self, provider: str, operation: str) -> None:
+        for watcher in self._watchers:
+            watcher.answered(provider, operation)
 
     def called(self, provider: str, operation: str) -> None:
         with self._lock:
@@ -63,6 +78,8 @@ class ProviderCalls:
             self._calls[key] = self._calls.get(key, 0) + 1
 
     def failed(self, provider: str, operation: str, exc: BaseException) -> None:
+        for watcher in self._watchers:
+            watcher.failed(provider, operation, exc)
         code = error_code(exc)
         with self._lock:
             known = {c for p, o, c in self._errors if (p, o) == (provider, operation)}
@@ -87,11 +104,13 @@ def _counted(
     def call(*args: Any, **kwargs: Any) -> Any:
         calls.called(provider, operation)
         try:
-            return method(*args, **kwargs)
+            result = method(*args, **kwargs)
         except BaseException as exc:
             if isinstance(exc, Exception):
                 calls.failed(provider, operation, exc)
             raise
+        calls.answered(provider, operation)
+        return result
 
     call.__gpulease_counted__ = True  # type: ignore[attr-defined]
     return call

@@ -3,8 +3,9 @@
 Owns the schema (the alembic migrations in ``migrations/versions`` must match it; a test checks):
 :class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`Job` (managed jobs),
 :class:`StatusChange` (history), :class:`TelemetryPoint` (the nodes' downsampled
-telemetry), :class:`LedgerEntry` (the cost ledger) and :class:`ServerIdentity`. It moves no
-states: every status column is written by :func:`gpulease.state.status.set_status` only.
+telemetry), :class:`LedgerEntry` (the cost ledger), :class:`ProviderOutage` (provider API
+outages) and :class:`ServerIdentity`. It moves no states: every status column is written by
+:func:`gpulease.state.status.set_status` only.
 
 Conventions: ids are never reused (AUTOINCREMENT on SQLite, sequences on PostgreSQL), so
 history rows keyed by entity id stay unambiguous after a row is deleted; timestamps are UTC seconds
@@ -363,6 +364,30 @@ class LedgerEntry(Base):
     cost_usd: Mapped[float]
     created_at: Mapped[float]
     updated_at: Mapped[float]
+
+
+class ProviderOutage(Base):
+    """One stretch of a provider's API not answering (migration 0008, for ``gpulease sla``):
+    opened by the server at the first :class:`~gpulease.providers.base.ProviderUnavailable` a
+    provider call raises, advanced (``last_seen_at``, ``errors``) while calls keep failing, and
+    closed (``ended_at``) by the first call that answers. A row a dead server left open ends at
+    its ``last_seen_at``. ``region`` NULL means every region of the provider."""
+
+    __tablename__ = "provider_outages"
+    __table_args__ = (
+        Index(None, "provider", "started_at"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    region: Mapped[str | None] = mapped_column(String(64))
+    operation: Mapped[str] = mapped_column(String(32))  # the first call that failed
+    started_at: Mapped[float]
+    last_seen_at: Mapped[float]
+    ended_at: Mapped[float | None]
+    errors: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str] = mapped_column(Text)
 
 
 class ServerIdentity(Base):
