@@ -40,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"storage", "catalog"},
     "serve": {"controller"},
     "metrics": {"state", "catalog"},
+    "cost": {"state", "catalog", "spec"},  # reports, budgets' spend, audit, tco, sla (issue 16)
     "bench": {"catalog"},
     "client": {"spec"},
     "cli": {
@@ -69,6 +70,7 @@ ALLOWED: dict[str, set[str]] = {
         "serve",
         "metrics",
         "bench",
+        "cost",
     },
     # the lazy SDK facade: gpulease.plan(...), gpulease.estimate(...)
     "__init__": {"catalog", "estimate", "optimizer", "spec"},

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from gpulease.cli import (
+    audit_cmd,
     catalog_cmd,
     checkpoint_cmd,
     cluster_cmd,
@@ -54,6 +55,7 @@ app.add_typer(checkpoint_cmd.app, name="checkpoints")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(metrics_cmd.app, name="metrics")
 app.command("dashboard")(dashboard_cmd.dashboard)
+app.command("audit")(audit_cmd.audit)
 
 
 @app.command("schema")

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from gpulease import __version__
 from gpulease.errors import GpuleaseError, Retryable, UserInputError
+from gpulease.server.audit import AuditService
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
@@ -85,6 +86,7 @@ def create_app(
     metrics: MetricsEndpoint | None = None,
     telemetry: TelemetryReader | None = None,
     logins: Logins | None = None,
+    audit: AuditService | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
     session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
@@ -114,6 +116,8 @@ def create_app(
         _job_routes(router, jobs)
     if telemetry is not None:
         _telemetry_routes(router, telemetry)
+    if audit is not None:
+        _audit_routes(router, audit)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
@@ -268,6 +272,14 @@ def _telemetry_routes(router: APIRouter, telemetry: TelemetryReader) -> None:
     @router.get("/telemetry/latest")
     def latest(cluster: str | None = None) -> dict[str, Any]:
         return telemetry.latest_view(cluster)
+
+
+def _audit_routes(router: APIRouter, audit: AuditService) -> None:
+    """The quarterly audit (docs/cost-audit.md); a bad ``since`` is a 422 naming it."""
+
+    @router.get("/audit")
+    def audit_findings(since: str | None = None) -> dict[str, Any]:
+        return audit.audit(since)
 
 
 class _Unauthorised(Exception):

@@ -38,6 +38,7 @@ from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
+from gpulease.server.audit import AuditService
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
@@ -171,6 +172,7 @@ def _assemble(home: Path) -> _Parts:
         metrics=metrics,
         telemetry=reader,
         logins=Logins(clock),
+        audit=AuditService(engine, clock=clock, catalog=service.catalog, config=cfg),
     )
     return parts
 
