@@ -27,7 +27,6 @@ from gpulease.state.models import (
 
 H, D = 3600.0, 86400.0
 NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
-START = NOW - 90 * D
 
 HEADER = (
     "provider,region,zone,instance_type,accelerator,part,gpu_count,gpu_memory_gb,vcpus,"
@@ -48,8 +47,8 @@ def day(at: float) -> date:
     return datetime.fromtimestamp(at, tz=UTC).date()
 
 
-def write_catalog(path: Path, *, age_days: int) -> Catalog:
-    as_of = (day(NOW) - timedelta(days=age_days)).isoformat()
+def write_catalog(path: Path, *, age_days: int, now: float = NOW) -> Catalog:
+    as_of = (day(now) - timedelta(days=age_days)).isoformat()
     lines = [HEADER]
     for region, zone, itype, acc, part, mem, od, spot, r1y in OFFERS:
         lines.append(
@@ -69,9 +68,9 @@ def new_engine(tmp: Path) -> Engine:
 class History:
     """Writes one cluster (with its node, ledger rows, points, changes) at a time."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, now: float) -> None:
         self.session = session
-        self.rows = 0
+        self.start = now - 90 * D
 
     def job(
         self,
@@ -86,7 +85,7 @@ class History:
                 name=name,
                 owner="alice",
                 status=JobStatus.RUNNING,
-                status_changed_at=START,
+                status_changed_at=self.start,
                 clock="system",
                 attempt=1,
                 cluster_id=None,
@@ -97,10 +96,10 @@ class History:
                 events=[],
                 cost_usd=0.0,
                 run_s=0.0,
-                started_at_job=START,
+                started_at_job=self.start,
                 cancel_requested=False,
-                created_at=START,
-                updated_at=START,
+                created_at=self.start,
+                updated_at=self.start,
                 task={
                     "version": 2,
                     "spec": {},
@@ -260,13 +259,13 @@ class History:
             )
 
 
-def seed_findings(engine: Engine) -> None:
+def seed_findings(engine: Engine, now: float = NOW) -> None:
     """A history in which each finding appears once (the dollars are in test_audit.py)."""
     with session_scope(engine) as session:
-        h = History(session)
+        h = History(session, now)
         east = ["us-east-1"]
         # idle: 4 h billed at $1.00/h, the last 2 h below 10 % GPU utilisation
-        t = NOW - 10 * D
+        t = now - 10 * D
         h.cluster(
             1,
             "idle-a",
@@ -281,7 +280,7 @@ def seed_findings(engine: Engine) -> None:
         h.points(1, "idle-a", t, 120, util=80, used_mb=20_000, total_mb=24_000)
         h.points(1, "idle-a", t + 2 * H, 120, util=2, used_mb=20_000, total_mb=24_000)
         # left up: task succeeded 4 days ago, still billed at $0.50/h, no autostop
-        t = NOW - 5 * D
+        t = now - 5 * D
         h.cluster(
             2,
             "left-b",
@@ -290,15 +289,15 @@ def seed_findings(engine: Engine) -> None:
             region="us-east-1",
             price=0.50,
             start=t,
-            end=NOW,
+            end=now,
             regions=east,
             autostop=None,
             closed=False,
             status=ClusterStatus.SUCCEEDED,
         )
-        h.change(2, "succeeded", NOW - 4 * D)
+        h.change(2, "succeeded", now - 4 * D)
         # input-bound job 1: 10 h at $1.00/h, waiting on data half of its steps
-        t = NOW - 20 * D
+        t = now - 20 * D
         h.job(1, "train-c", {"use_spot": "false"})
         h.cluster(
             3,
@@ -324,7 +323,7 @@ def seed_findings(engine: Engine) -> None:
             train={"mfu": 0.2, "data_wait_ratio": 0.5},
         )
         # low MFU job 2: 8 h at $1.00/h, MFU 15 %
-        t = NOW - 30 * D
+        t = now - 30 * D
         h.job(2, "mfu-d", {"use_spot": "false"})
         h.cluster(
             4,
@@ -350,7 +349,7 @@ def seed_findings(engine: Engine) -> None:
             train={"mfu": 0.15, "data_wait_ratio": 0.05},
         )
         # oversized: an 80 GB A100 at $4.00/h for 10 h, peak memory 10,000 MB
-        t = NOW - 40 * D
+        t = now - 40 * D
         h.cluster(
             5,
             "big-e",
@@ -364,7 +363,7 @@ def seed_findings(engine: Engine) -> None:
         )
         h.points(5, "big-e", t, 10, util=90, used_mb=10_000, total_mb=81_920)
         # spot slack: job 3 ran 20 h on demand at $1.00/h; deadline 72 h, expected 20 h
-        t = NOW - 50 * D
+        t = now - 50 * D
         h.job(
             3,
             "spot-f",
@@ -393,7 +392,7 @@ def seed_findings(engine: Engine) -> None:
             job_id=3,
         )
         # cheaper region: 30 h in us-east-1 at $1.00/h; us-west-2 sells it at $0.80
-        t = NOW - 60 * D
+        t = now - 60 * D
         h.cluster(
             7,
             "region-g",
@@ -413,18 +412,18 @@ def seed_findings(engine: Engine) -> None:
             accelerator="A10G",
             region="eu-west-1",
             price=0.70,
-            start=NOW - 100 * D,
-            end=NOW,
+            start=now - 100 * D,
+            end=now,
             regions=["eu-west-1"],
             closed=False,
         )
 
 
-def seed_clean(engine: Engine) -> None:
+def seed_clean(engine: Engine, now: float = NOW) -> None:
     """A well-run history: a busy, efficient spot job on a fitting GPU, downed on time."""
     with session_scope(engine) as session:
-        h = History(session)
-        t = NOW - 3 * D
+        h = History(session, now)
+        t = now - 3 * D
         h.job(1, "good", {"use_spot": "true"})
         h.cluster(
             1,

@@ -45,7 +45,7 @@ def _audit(tmp_path: Path, seed: Any, *, age_days: int, config: dict[str, Any] |
         seed(engine)
         catalog = write_catalog(tmp_path / "offers.csv", age_days=age_days)
         service = AuditService(engine, clock=VirtualClock(NOW), catalog=lambda: catalog,
-                               config=config)  # fmt: skip
+                               config=config, public=lambda: catalog)  # fmt: skip
         return service.audit(since)
     finally:
         engine.dispose()

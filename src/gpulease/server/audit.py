@@ -71,7 +71,9 @@ def optimizer_rightsizer(catalog: Catalog, config: Mapping[str, Any] | None = No
 
 
 class AuditService:
-    """The audit of ``GET /v1/audit?since=90d`` over ``engine`` at ``clock``'s now."""
+    """The audit of ``GET /v1/audit?since=90d`` over ``engine`` at ``clock``'s now:
+    ``catalog`` prices the alternatives (the server's runtime catalog), ``public`` (default:
+    the bundled or refreshed catalog, without the providers' own offers) is judged for age."""
 
     def __init__(
         self,
@@ -80,8 +82,10 @@ class AuditService:
         clock: Clock,
         catalog: Callable[[], Catalog],
         config: Mapping[str, Any] | None = None,
+        public: Callable[[], Catalog] = Catalog.load,
     ) -> None:
         self.engine = engine
+        self.public = public
         self.clock = clock
         self.catalog = catalog
         self.config = dict(config or {})
@@ -93,6 +97,7 @@ class AuditService:
             inputs = load_inputs(
                 session, period, catalog=catalog, config=self.config,
                 rightsizer=optimizer_rightsizer(catalog, self.config),
+                public=self.public(),
             )  # fmt: skip
             findings = run_audit(inputs)
             return audit_view(inputs, findings)

@@ -116,7 +116,9 @@ class AuditInputs:
     """Everything one audit reads, loaded once: instance ledger rows overlapping the period,
     the clusters / nodes / jobs they and the telemetry name, the period's telemetry points (one
     resolution per node: the coarsest stored), the clusters' status history, the catalog,
-    the config and the rightsizer (None: that finding is skipped with a note)."""
+    the config and the rightsizer (None: that finding is skipped with a note). ``public`` is
+    the bundled or refreshed catalog whose age is judged (``catalog`` may add providers' own
+    offers, dated today); None: ``catalog``."""
 
     period: Period
     ledger: Sequence[LedgerEntry]
@@ -129,6 +131,7 @@ class AuditInputs:
     config: Mapping[str, Any] = field(default_factory=dict)
     rightsizer: Rightsizer | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
+    public: Catalog | None = None
     notes: list[str] = field(default_factory=list)
 
 

@@ -257,10 +257,11 @@ def commitment(inputs: AuditInputs) -> list[Finding]:
 
 def stale_catalog(inputs: AuditInputs) -> list[Finding]:
     """The catalog's newest price older than the threshold: every saving above may be off."""
-    if inputs.catalog is None:
+    catalog = inputs.public or inputs.catalog
+    if catalog is None:
         return []
     today = datetime.fromtimestamp(inputs.period.end, tz=UTC).date()
-    age = inputs.catalog.age_days(today)
+    age = catalog.age_days(today)
     if age <= inputs.thresholds.catalog_max_age_days:
         return []
     return [
@@ -270,9 +271,9 @@ def stale_catalog(inputs: AuditInputs) -> list[Finding]:
             dollars=0.0,
             action="gpulease catalog update (the savings above use its prices)",
             evidence={
-                "as_of": inputs.catalog.as_of.isoformat(),
+                "as_of": catalog.as_of.isoformat(),
                 "age_days": age,
-                "source": inputs.catalog.source,
+                "source": catalog.source,
             },
         )
     ]

@@ -46,6 +46,7 @@ def load_inputs(
     config: Mapping[str, Any] | None = None,
     rightsizer: Rightsizer | None = None,
     thresholds: Thresholds | None = None,
+    public: Catalog | None = None,
 ) -> AuditInputs:
     """The instance ledger rows overlapping ``period`` and what they and the period's
     telemetry name."""
@@ -96,6 +97,7 @@ def load_inputs(
         config=dict(config or {}),
         rightsizer=rightsizer,
         thresholds=thresholds or Thresholds(),
+        public=public,
     )
 
 
