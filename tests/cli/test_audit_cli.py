@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpulease.client import InvalidRequest, connect
 from gpulease.state import make_engine, upgrade
 from tests.cli.conftest import Cli
 from tests.cost.audit_history import seed_findings, write_catalog
@@ -55,6 +56,18 @@ def test_audit_json_and_text_against_a_real_server(user: Cli) -> None:
     assert "left-b: billed 96.0 h after its task ended; no autostop" in text
     assert "action: gpulease down left-b" in text
     assert "idle-a" not in text  # ten days ago
+
+
+def test_the_sdk_reads_the_audit_and_a_bad_since_is_a_422_naming_it(
+    user: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULEASE_HOME", str(user.home))
+    with connect() as api:
+        view = api.audit("30d")
+        with pytest.raises(InvalidRequest, match="since"):
+            api.audit("soon")
+    kinds = [f["kind"] for f in view["findings"]]
+    assert kinds[:2] == ["commitment", "left_up"] and "spot_slack" not in kinds  # 50 days ago
 
 
 @pytest.mark.parametrize("since", ["soon", "0d"])
