@@ -233,6 +233,7 @@ class History:
         total_mb: float,
         job_id: int | None = None,
         train: Mapping[str, float] | None = None,
+        resolution_s: int = 60,
     ) -> None:
         for i in range(count):
             gpu = {
@@ -251,8 +252,8 @@ class History:
                     cluster_name=name,
                     job_id=job_id,
                     node_rank=0,
-                    resolution_s=60,
-                    at=start + 60 * i,
+                    resolution_s=resolution_s,
+                    at=start + resolution_s * i,
                     samples=6,
                     data=data,
                 )
@@ -279,6 +280,10 @@ def seed_findings(engine: Engine, now: float = NOW) -> None:
         )
         h.points(1, "idle-a", t, 120, util=80, used_mb=20_000, total_mb=24_000)
         h.points(1, "idle-a", t + 2 * H, 120, util=2, used_mb=20_000, total_mb=24_000)
+        # the relay's 10 s points of the same idle hours: never counted on top of the 60 s ones
+        h.points(
+            1, "idle-a", t + 2 * H, 720, util=2, used_mb=20_000, total_mb=24_000, resolution_s=10
+        )
         # left up: task succeeded 4 days ago, still billed at $0.50/h, no autostop
         t = now - 5 * D
         h.cluster(

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulease.catalog import Catalog
+from gpulease.cost.audit.telemetry import TelemetryDigest
 from gpulease.errors import UserInputError
-from gpulease.state.models import Cluster, Job, LedgerEntry, Node, StatusChange, TelemetryPoint
+from gpulease.state.models import Cluster, Job, LedgerEntry, Node, StatusChange
 from gpulease.units import parse_duration_hours
 
 DEFAULT_SINCE = "90d"
@@ -114,8 +115,8 @@ Rightsizer = Callable[[RightsizeAsk], RightsizeAnswer | None]
 @dataclass
 class AuditInputs:
     """Everything one audit reads, loaded once: instance ledger rows overlapping the period,
-    the clusters / nodes / jobs they and the telemetry name, the period's telemetry points (one
-    resolution per node: the coarsest stored), the clusters' status history, the catalog,
+    the clusters / nodes / jobs they and the telemetry name, the period's telemetry folded
+    (:class:`TelemetryDigest`), the clusters' status history, the catalog,
     the config and the rightsizer (None: that finding is skipped with a note). ``public`` is
     the bundled or refreshed catalog whose age is judged (``catalog`` may add providers' own
     offers, dated today); None: ``catalog``."""
@@ -125,7 +126,7 @@ class AuditInputs:
     clusters: Mapping[int, Cluster]
     nodes: Mapping[int, Node]
     jobs: Mapping[int, Job]
-    points: Sequence[TelemetryPoint]
+    telemetry: TelemetryDigest
     changes: Sequence[StatusChange]
     catalog: Catalog | None
     config: Mapping[str, Any] = field(default_factory=dict)

@@ -6,15 +6,16 @@ Read only: one session, SELECTs only. Moves no states.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpulease.catalog import Catalog
 from gpulease.cost.audit import pricing, usage
 from gpulease.cost.audit.model import AuditInputs, Finding, Period, Rightsizer, Thresholds
+from gpulease.cost.audit.telemetry import PointRow, digest_points
 from gpulease.state.models import Cluster, Job, LedgerEntry, Node, StatusChange, TelemetryPoint
 
 FAMILIES: tuple[Callable[[AuditInputs], list[Finding]], ...] = (
@@ -29,13 +30,60 @@ FAMILIES: tuple[Callable[[AuditInputs], list[Finding]], ...] = (
 )
 
 
-def _coarsest(points: list[TelemetryPoint]) -> list[TelemetryPoint]:
-    """One resolution per node (the coarsest stored), so no second is counted twice."""
-    best: dict[tuple[int, int], int] = {}
-    for p in points:
-        key = (p.cluster_id, p.node_rank)
-        best[key] = max(best.get(key, 0), p.resolution_s)
-    return [p for p in points if p.resolution_s == best[(p.cluster_id, p.node_rank)]]
+_BATCH = 5000
+
+
+def _window(period: Period) -> tuple[Any, ...]:
+    # a bucket starts at most an hour (the coarsest resolution met) before the period
+    return (TelemetryPoint.at < period.end, TelemetryPoint.at > period.start - 3600)
+
+
+def _resolutions(session: Session, period: Period) -> dict[tuple[int, int], int]:
+    """Per (cluster, node rank) with points in the period: the coarsest stored resolution."""
+    stmt = (
+        select(
+            TelemetryPoint.cluster_id,
+            TelemetryPoint.node_rank,
+            func.max(TelemetryPoint.resolution_s),
+        )
+        .where(*_window(period))
+        .group_by(TelemetryPoint.cluster_id, TelemetryPoint.node_rank)
+    )
+    return {(c, r): int(res) for c, r, res in session.execute(stmt)}
+
+
+def _points(
+    session: Session, period: Period, chosen: Mapping[tuple[int, int], int]
+) -> Iterator[PointRow]:
+    """The period's points at each node's chosen resolution, streamed in batches."""
+    stmt = (
+        select(
+            TelemetryPoint.cluster_id,
+            TelemetryPoint.job_id,
+            TelemetryPoint.node_rank,
+            TelemetryPoint.resolution_s,
+            TelemetryPoint.at,
+            TelemetryPoint.data,
+        )
+        .where(*_window(period))
+        .execution_options(yield_per=_BATCH)
+    )
+    for cid, job_id, rank, res, at, data in session.execute(stmt):
+        if chosen.get((cid, rank)) == res and isinstance(data, Mapping):
+            yield cid, job_id, rank, res, at, data
+
+
+def _ledger(session: Session, period: Period) -> list[LedgerEntry]:
+    stmt = (
+        select(LedgerEntry)
+        .where(
+            LedgerEntry.kind == "instance",
+            LedgerEntry.started_at < period.end,
+            LedgerEntry.ended_at > period.start,
+        )
+        .order_by(LedgerEntry.id)
+    )
+    return list(session.scalars(stmt))
 
 
 def load_inputs(
@@ -48,30 +96,12 @@ def load_inputs(
     thresholds: Thresholds | None = None,
     public: Catalog | None = None,
 ) -> AuditInputs:
-    """The instance ledger rows overlapping ``period`` and what they and the period's
-    telemetry name."""
-    ledger = list(
-        session.scalars(
-            select(LedgerEntry)
-            .where(
-                LedgerEntry.kind == "instance",
-                LedgerEntry.started_at < period.end,
-                LedgerEntry.ended_at > period.start,
-            )
-            .order_by(LedgerEntry.id)
-        )
-    )
-    points = _coarsest(
-        list(
-            session.scalars(
-                select(TelemetryPoint)
-                .where(TelemetryPoint.at < period.end, TelemetryPoint.at > period.start - 3600)
-                .order_by(TelemetryPoint.id)
-            )
-        )
-    )
+    """The instance ledger rows overlapping ``period``, what they and the period's telemetry
+    name, and the telemetry folded (streamed: no point is kept)."""
+    ledger = _ledger(session, period)
+    chosen = _resolutions(session, period)
     cluster_ids = {r.cluster_id for r in ledger if r.cluster_id is not None}
-    cluster_ids |= {p.cluster_id for p in points}
+    cluster_ids |= {cid for cid, _ in chosen}
     job_ids = {r.job_id for r in ledger if r.job_id is not None}
     clusters = {
         c.id: c for c in session.scalars(select(Cluster).where(Cluster.id.in_(cluster_ids)))
@@ -85,18 +115,26 @@ def load_inputs(
             )
         )
     )
+    limits = thresholds or Thresholds()
+    telemetry = digest_points(
+        _points(session, period, chosen),
+        period=period,
+        ledger=ledger,
+        nodes=nodes,
+        idle_below_pct=limits.idle_utilisation_pct,
+    )
     return AuditInputs(
         period=period,
         ledger=ledger,
         clusters=clusters,
         nodes=nodes,
         jobs=jobs,
-        points=points,
+        telemetry=telemetry,
         changes=changes,
         catalog=catalog,
         config=dict(config or {}),
         rightsizer=rightsizer,
-        thresholds=thresholds or Thresholds(),
+        thresholds=limits,
         public=public,
     )
 

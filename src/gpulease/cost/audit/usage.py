@@ -1,16 +1,15 @@
 """Findings about how the rented GPUs were used: GPU-hours billed while idle, clusters left up
 after their task, jobs with low MFU or input-bound, and GPUs much larger than the job needed.
 
-Telemetry points (``telemetry_points``, a bucket ``[at, at + resolution_s)`` of a node's mean
-figures) are matched to the instance ledger rows of the same cluster and node rank; a GPU's
-second is priced at its row's ``price_per_hour / gpu_count``. Pure over :class:`AuditInputs`;
-moves no states.
+The telemetry figures come folded (:mod:`.telemetry`: idle GPU-seconds priced at their ledger
+rows, peak memory, mean MFU and data-wait share). Pure over :class:`AuditInputs`; moves no
+states.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from gpulease.cost.audit.model import (
@@ -22,7 +21,7 @@ from gpulease.cost.audit.model import (
     rounded,
     spec_of,
 )
-from gpulease.state.models import Cluster, LedgerEntry, TelemetryPoint
+from gpulease.state.models import Cluster, LedgerEntry
 
 ENDED = {"succeeded", "failed"}
 #: a cluster billed this long after its task ended is "left up" (autostop's own minimum is 5 min)
@@ -37,67 +36,42 @@ def rows_by_cluster(inputs: AuditInputs) -> dict[int, list[LedgerEntry]]:
     return out
 
 
-def _rank_of(inputs: AuditInputs, row: LedgerEntry) -> int | None:
-    node = inputs.nodes.get(row.node_id) if row.node_id is not None else None
-    return None if node is None else node.node_rank
-
-
 def _name(inputs: AuditInputs, cluster_id: int, fallback: str | None) -> str:
     cluster = inputs.clusters.get(cluster_id)
     return cluster.name if cluster is not None else (fallback or f"#{cluster_id}")
 
 
-def _gpus(point: TelemetryPoint) -> list[Mapping[str, Any]]:
-    gpus = point.data.get("gpus") or []
-    return [g for g in gpus if isinstance(g, Mapping)]
+def _ledger_name(inputs: AuditInputs, cluster_id: int) -> str | None:
+    return next((r.cluster_name for r in inputs.ledger if r.cluster_id == cluster_id), None)
 
 
 def idle_gpus(inputs: AuditInputs) -> list[Finding]:
     """Per cluster: GPU-hours below the idle threshold while a ledger row billed the node."""
     limit = inputs.thresholds.idle_utilisation_pct
-    rows = rows_by_cluster(inputs)
-    idle: dict[int, dict[str, float]] = defaultdict(lambda: {"gpu_s": 0.0, "usd": 0.0})
-    names: dict[int, str] = {}
-    for point in inputs.points:
-        low = [g for g in _gpus(point) if _below(g.get("utilization_pct"), limit)]
-        if not low:
+    findings = []
+    for cid, tally in inputs.telemetry.idle.items():
+        if tally.usd <= 0:
             continue
-        end = point.at + point.resolution_s
-        for row in rows.get(point.cluster_id, ()):
-            rank = _rank_of(inputs, row)
-            if rank is not None and rank != point.node_rank:
-                continue
-            seconds = inputs.period.overlap_s(max(point.at, row.started_at), min(end, row.ended_at))
-            if seconds <= 0:
-                continue
-            acc = idle[point.cluster_id]
-            acc["gpu_s"] += seconds * len(low)
-            acc["usd"] += seconds * len(low) * row.price_per_hour / 3600.0 / max(row.gpu_count, 1)
-            names[point.cluster_id] = _name(inputs, point.cluster_id, row.cluster_name)
-    return [
-        Finding(
-            kind="idle_gpus",
-            title=f"{names[cid]}: {acc['gpu_s'] / 3600:.1f} GPU-hours billed while idle",
-            dollars=acc["usd"],
-            action=(
-                f"give {names[cid]} an idle rule (resources.autostop: "
-                f"{{idle_minutes: 10, gpu_utilisation_below: {limit:g}}}) or down it "
-                "when the work is done"
-            ),
-            evidence={
-                "cluster": names[cid],
-                "cluster_id": cid,
-                "idle_gpu_hours": rounded(acc["gpu_s"] / 3600.0),
-                "below_utilisation_pct": limit,
-            },
+        name = _name(inputs, cid, _ledger_name(inputs, cid))
+        findings.append(
+            Finding(
+                kind="idle_gpus",
+                title=f"{name}: {tally.gpu_s / 3600:.1f} GPU-hours billed while idle",
+                dollars=tally.usd,
+                action=(
+                    f"give {name} an idle rule (resources.autostop: "
+                    f"{{idle_minutes: 10, gpu_utilisation_below: {limit:g}}}) or down it "
+                    "when the work is done"
+                ),
+                evidence={
+                    "cluster": name,
+                    "cluster_id": cid,
+                    "idle_gpu_hours": rounded(tally.gpu_s / 3600.0),
+                    "below_utilisation_pct": limit,
+                },
+            )
         )
-        for cid, acc in idle.items()
-        if acc["usd"] > 0
-    ]
-
-
-def _below(value: object, limit: float) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value < limit
+    return findings
 
 
 def _task_ended_at(changes: Iterable[Any]) -> float | None:
@@ -154,37 +128,23 @@ def left_up(inputs: AuditInputs) -> list[Finding]:
     return findings
 
 
-def _train_means(points: Sequence[TelemetryPoint]) -> dict[tuple[str, int], dict[str, float]]:
-    """Mean MFU and data-wait share per job (``("job", id)``) or cluster without a job."""
-    sums: dict[tuple[str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for point in points:
-        train = point.data.get("train")
-        if not isinstance(train, Mapping):
-            continue
-        key = ("job", point.job_id) if point.job_id is not None else ("cluster", point.cluster_id)
-        acc = sums[key]
-        for figure in ("mfu", "data_wait_ratio"):
-            value = train.get(figure)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                acc[figure] += float(value)
-                acc[figure + "_n"] += 1
-    return {
-        key: {f: acc[f] / acc[f + "_n"] for f in ("mfu", "data_wait_ratio") if acc[f + "_n"]}
-        for key, acc in sums.items()
-    }
-
-
 def train_efficiency(inputs: AuditInputs) -> list[Finding]:
     """Input-bound jobs (dollars: their spend × the data-wait share) and, otherwise, jobs with
     low MFU (dollars: their spend × (1 − MFU / the low-MFU threshold))."""
     t = inputs.thresholds
+    spends: dict[tuple[str, int], float] = defaultdict(float)
+    for row in inputs.ledger:
+        cost = overlap_cost(row, inputs.period)
+        if row.job_id is not None:
+            spends[("job", row.job_id)] += cost
+        if row.cluster_id is not None:
+            spends[("cluster", row.cluster_id)] += cost
     findings = []
-    for (scope, ident), means in _train_means(inputs.points).items():
-        rows = [r for r in inputs.ledger if (r.job_id if scope == "job" else r.cluster_id) == ident]
-        spend = sum(overlap_cost(r, inputs.period) for r in rows)
+    for (scope, ident), means in inputs.telemetry.train.items():
+        spend = spends.get((scope, ident), 0.0)
         if spend <= 0:
             continue
-        label = f"job {ident}" if scope == "job" else _name(inputs, ident, rows[0].cluster_name)
+        label = f"job {ident}" if scope == "job" else _name(inputs, ident, None)
         evidence = {
             scope: ident,
             "spend_usd": rounded(spend),
@@ -216,19 +176,6 @@ def train_efficiency(inputs: AuditInputs) -> list[Finding]:
     return findings
 
 
-def _peak_memory(points: Iterable[TelemetryPoint]) -> dict[int, tuple[float, float]]:
-    """Per cluster: (peak used, total) GPU memory in MB over its points."""
-    peaks: dict[int, tuple[float, float]] = {}
-    for point in points:
-        for gpu in _gpus(point):
-            used, total = gpu.get("memory_used_mb"), gpu.get("memory_total_mb")
-            if not isinstance(used, int | float) or not isinstance(total, int | float):
-                continue
-            old = peaks.get(point.cluster_id, (0.0, 0.0))
-            peaks[point.cluster_id] = (max(old[0], float(used)), max(old[1], float(total)))
-    return peaks
-
-
 def oversized_gpus(inputs: AuditInputs) -> list[Finding]:
     """Clusters whose peak GPU memory stayed below a third of the part's: the optimizer's
     cheapest plan on a smaller part that holds the peak (with headroom), and the saving."""
@@ -237,7 +184,7 @@ def oversized_gpus(inputs: AuditInputs) -> list[Finding]:
         return []
     t, findings = inputs.thresholds, []
     rows_of = rows_by_cluster(inputs)
-    for cid, (peak_mb, total_mb) in _peak_memory(inputs.points).items():
+    for cid, (peak_mb, total_mb) in inputs.telemetry.peaks.items():
         cluster, rows = inputs.clusters.get(cid), rows_of.get(cid, [])
         if cluster is None or not rows or total_mb <= 0 or peak_mb >= total_mb * t.memory_fraction:
             continue
