@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpulease.clock import VirtualClock
+from gpulease.cost.audit import parse_since
 from gpulease.errors import UserInputError
 from gpulease.server.audit import AuditService
 from tests.cost.audit_history import NOW, new_engine, seed_clean, seed_findings, write_catalog
@@ -105,3 +108,20 @@ def test_a_clean_history_has_no_findings(tmp_path: Path) -> None:
 def test_a_bad_since_names_it(tmp_path: Path, since: str) -> None:
     with pytest.raises(UserInputError, match="since"):
         _audit(tmp_path, seed_clean, age_days=2, since=since)
+
+
+@given(amount=st.integers(min_value=1, max_value=10_000), unit=st.sampled_from(["m", "h", "d"]))
+def test_since_is_a_period_ending_now(amount: int, unit: str) -> None:
+    period = parse_since(f"{amount}{unit}", NOW)
+    seconds = amount * {"m": 60, "h": 3600, "d": 86400}[unit]
+    assert period.end == NOW and period.end - period.start == pytest.approx(seconds)
+
+
+@given(text=st.text(max_size=12))
+def test_since_is_a_duration_or_an_error_naming_it(text: str) -> None:
+    try:
+        period = parse_since(text, NOW)
+    except UserInputError as exc:
+        assert str(exc).startswith("since:")
+    else:
+        assert period.start < period.end == NOW

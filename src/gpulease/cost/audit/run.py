@@ -14,7 +14,14 @@ from sqlalchemy.orm import Session
 
 from gpulease.catalog import Catalog
 from gpulease.cost.audit import pricing, usage
-from gpulease.cost.audit.model import AuditInputs, Finding, Period, Rightsizer, Thresholds
+from gpulease.cost.audit.model import (
+    AuditInputs,
+    Finding,
+    Period,
+    Rightsizer,
+    Thresholds,
+    overlap_cost,
+)
 from gpulease.cost.audit.telemetry import PointRow, digest_points
 from gpulease.state.models import Cluster, Job, LedgerEntry, Node, StatusChange, TelemetryPoint
 
@@ -147,12 +154,7 @@ def run_audit(inputs: AuditInputs) -> list[Finding]:
 
 def audit_view(inputs: AuditInputs, findings: list[Finding]) -> dict[str, Any]:
     """The JSON answer of ``GET /v1/audit`` and ``gpulease audit --json``."""
-    spend = sum(
-        r.cost_usd
-        * inputs.period.overlap_s(r.started_at, r.ended_at)
-        / max(r.ended_at - r.started_at, 1e-9)
-        for r in inputs.ledger
-    )
+    spend = sum(overlap_cost(r, inputs.period) for r in inputs.ledger)
     return {
         "since": inputs.period.start,
         "until": inputs.period.end,
