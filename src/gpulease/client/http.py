@@ -221,18 +221,18 @@ class Client:
         params = None if cluster is None else {"cluster": cluster}
         return self._http.json("GET", "/v1/telemetry/latest", params=params)
 
-    def audit(self, since: str | None = None) -> dict[str, Any]:
-        """The quarterly audit over ``since`` (a duration: ``90d`` by default): findings
-        ranked by dollars, each with its evidence and action (docs/cost-audit.md)."""
-        params = None if since is None else {"since": since}
-        return self._http.json("GET", "/v1/audit", params=params)
-
     def providers(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/providers")["providers"]
         return found
 
     def shutdown(self) -> None:
         self._http.json("POST", "/v1/server/shutdown")
+
+    def audit(self, since: str | None = None) -> dict[str, Any]:
+        """The quarterly audit over ``since`` (a duration: ``90d`` by default): findings
+        ranked by dollars, each with its evidence and action (docs/cost-audit.md)."""
+        params = None if since is None else {"since": since}
+        return self._http.json("GET", "/v1/audit", params=params)
 
     # ---- plumbing ---------------------------------------------------------------------------
 

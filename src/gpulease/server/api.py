@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from gpulease import __version__
 from gpulease.errors import GpuleaseError, Retryable, UserInputError
-from gpulease.server.audit import AuditService
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
@@ -31,6 +30,9 @@ from gpulease.server.service import KEEP_GPU_RULE, ClusterService, Conflict, Not
 from gpulease.server.telemetry.reads import TelemetryReader
 from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
 from gpulease.state import ClusterExists
+
+if TYPE_CHECKING:
+    from gpulease.server.audit import AuditService  # GET /v1/audit
 
 
 class _Body(BaseModel):
@@ -83,10 +85,10 @@ def create_app(
     info: Callable[[], dict[str, Any]] = dict,
     shutdown: Callable[[], None] = lambda: None,
     jobs: JobService | None = None,
+    audit: AuditService | None = None,
     metrics: MetricsEndpoint | None = None,
     telemetry: TelemetryReader | None = None,
     logins: Logins | None = None,
-    audit: AuditService | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
     session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
@@ -114,10 +116,10 @@ def create_app(
     _agent_routes(router, service)
     if jobs is not None:
         _job_routes(router, jobs)
-    if telemetry is not None:
-        _telemetry_routes(router, telemetry)
     if audit is not None:
         _audit_routes(router, audit)
+    if telemetry is not None:
+        _telemetry_routes(router, telemetry)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
@@ -274,13 +276,13 @@ def _telemetry_routes(router: APIRouter, telemetry: TelemetryReader) -> None:
         return telemetry.latest_view(cluster)
 
 
+class _Unauthorised(Exception):
+    pass
+
+
 def _audit_routes(router: APIRouter, audit: AuditService) -> None:
     """The quarterly audit (docs/cost-audit.md); a bad ``since`` is a 422 naming it."""
 
     @router.get("/audit")
     def audit_findings(since: str | None = None) -> dict[str, Any]:
         return audit.audit(since)
-
-
-class _Unauthorised(Exception):
-    pass

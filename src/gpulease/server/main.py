@@ -169,10 +169,10 @@ def _assemble(home: Path) -> _Parts:
         info=lambda: {"owner": owner, "providers": describe(providers, settings)},
         shutdown=shutdown,
         jobs=jobs,
+        audit=AuditService(engine, clock=clock, catalog=service.catalog, config=cfg),
         metrics=metrics,
         telemetry=reader,
         logins=Logins(clock),
-        audit=AuditService(engine, clock=clock, catalog=service.catalog, config=cfg),
     )
     return parts
 
