@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import Engine
 
 from gpulease.clock import VirtualClock
 from gpulease.cost.audit import parse_since
@@ -42,8 +43,8 @@ EXPECTED = {
 
 
 def _audit(tmp_path: Path, seed: Any, *, age_days: int, config: dict[str, Any] | None = None,
-           since: str | None = None) -> dict[str, Any]:  # fmt: skip
-    engine = new_engine(tmp_path)
+           since: str | None = None, db: Engine | None = None) -> dict[str, Any]:  # fmt: skip
+    engine = db or new_engine(tmp_path)
     try:
         seed(engine)
         catalog = write_catalog(tmp_path / "offers.csv", age_days=age_days)
@@ -51,11 +52,13 @@ def _audit(tmp_path: Path, seed: Any, *, age_days: int, config: dict[str, Any] |
                                config=config, public=lambda: catalog)  # fmt: skip
         return service.audit(since)
     finally:
-        engine.dispose()
+        if db is None:
+            engine.dispose()
 
 
-def test_each_finding_appears_once_with_its_dollars_ranked(tmp_path: Path) -> None:
-    view = _audit(tmp_path, seed_findings, age_days=45)
+def test_each_finding_appears_once_with_its_dollars_ranked(tmp_path: Path, engine: Engine) -> None:
+    """On SQLite and PostgreSQL (the ``engine`` fixture's two params)."""
+    view = _audit(tmp_path, seed_findings, age_days=45, db=engine)
     found = {f["kind"]: f for f in view["findings"]}
     assert [f["kind"] for f in view["findings"]] == list(EXPECTED)
     for kind, dollars in EXPECTED.items():
