@@ -56,7 +56,7 @@ def optimizer_rightsizer(catalog: Catalog, config: Mapping[str, Any] | None = No
             task, _ = task_from_dict_with_warnings(_smaller_task(ask, names))
             result = plan_all(task, catalog=catalog, top=50, config=config or {},
                               hours=ask.hours)  # fmt: skip
-        except GpuleaseError:
+        except (GpuleaseError, ValueError):  # a task that no longer parses: no suggestion
             return None
         for plan in result.plans:
             if ask.min_memory_gb <= plan.gpu_memory_gb < ask.below_memory_gb:
