@@ -41,7 +41,9 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-def test_audit_json_and_text_against_a_real_server(user: Cli) -> None:
+def test_audit_json_text_and_sdk_against_a_real_server(
+    user: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     view = json.loads(_ok(user("audit", "--json")))
     assert set(view) == {"since", "until", "spend_usd", "findings", "total_usd", "notes"}
     assert view["until"] - view["since"] == pytest.approx(90 * 86400)
@@ -56,17 +58,13 @@ def test_audit_json_and_text_against_a_real_server(user: Cli) -> None:
     assert "left-b: billed 96.0 h after its task ended; no autostop" in text
     assert "action: gpulease down left-b" in text
     assert "idle-a" not in text  # ten days ago
-
-
-def test_the_sdk_reads_the_audit_and_a_bad_since_is_a_422_naming_it(
-    user: Cli, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    # the SDK, on the server the CLI started; a bad since is the server's 422 naming it
     monkeypatch.setenv("GPULEASE_HOME", str(user.home))
     with connect() as api:
-        view = api.audit("30d")
+        month = api.audit("30d")
         with pytest.raises(InvalidRequest, match="since"):
             api.audit("soon")
-    kinds = [f["kind"] for f in view["findings"]]
+    kinds = [f["kind"] for f in month["findings"]]
     assert kinds[:2] == ["commitment", "left_up"] and "spot_slack" not in kinds  # 50 days ago
 
 
