@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from gpulease.cli import (
+    audit_cmd,
     catalog_cmd,
     checkpoint_cmd,
     cluster_cmd,
@@ -50,6 +51,7 @@ app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
 app.command("ssh")(ssh_cmd.ssh)
 app.command("top")(top_cmd.top)
+app.command("audit")(audit_cmd.audit)
 app.command("spot-sim")(spot_cmd.spot_sim)
 app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")

@@ -246,6 +246,12 @@ class Client:
     def shutdown(self) -> None:
         self._http.json("POST", "/v1/server/shutdown")
 
+    def audit(self, since: str | None = None) -> dict[str, Any]:
+        """The quarterly audit over ``since`` (a duration: ``90d`` by default): findings
+        ranked by dollars, each with its evidence and action (docs/cost-audit.md)."""
+        params = None if since is None else {"since": since}
+        return self._http.json("GET", "/v1/audit", params=params)
+
     # ---- plumbing ---------------------------------------------------------------------------
 
     def _log_chunk(

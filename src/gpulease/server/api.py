@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
@@ -31,6 +31,9 @@ from gpulease.server.service import KEEP_GPU_RULE, ClusterService, Conflict, Not
 from gpulease.server.telemetry.reads import TelemetryReader
 from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
 from gpulease.state import ClusterExists
+
+if TYPE_CHECKING:
+    from gpulease.server.audit import AuditService  # GET /v1/audit
 
 
 class _Body(BaseModel):
@@ -83,6 +86,7 @@ def create_app(
     info: Callable[[], dict[str, Any]] = dict,
     shutdown: Callable[[], None] = lambda: None,
     jobs: JobService | None = None,
+    audit: AuditService | None = None,
     metrics: MetricsEndpoint | None = None,
     telemetry: TelemetryReader | None = None,
     logins: Logins | None = None,
@@ -115,6 +119,8 @@ def create_app(
     _agent_routes(router, service)
     if jobs is not None:
         _job_routes(router, jobs)
+    if audit is not None:
+        _audit_routes(router, audit)
     if telemetry is not None:
         _telemetry_routes(router, telemetry)
     if cost is not None:
@@ -288,3 +294,11 @@ def _sla_route(router: APIRouter, sla: Callable[[str | None], dict[str, Any]]) -
 
 class _Unauthorised(Exception):
     pass
+
+
+def _audit_routes(router: APIRouter, audit: AuditService) -> None:
+    """The quarterly audit (docs/cost-audit.md); a bad ``since`` is a 422 naming it."""
+
+    @router.get("/audit")
+    def audit_findings(since: str | None = None) -> dict[str, Any]:
+        return audit.audit(since)

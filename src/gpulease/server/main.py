@@ -38,6 +38,7 @@ from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
+from gpulease.server.audit import AuditService
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.cost_routes import CostReports
 from gpulease.server.jobs import JobService
@@ -173,6 +174,7 @@ def _assemble(home: Path) -> _Parts:
         info=lambda: {"owner": owner, "providers": describe(providers, settings)},
         shutdown=shutdown,
         jobs=jobs,
+        audit=AuditService(engine, clock=clock, catalog=service.catalog, config=cfg),
         metrics=metrics,
         telemetry=reader,
         logins=Logins(clock),
