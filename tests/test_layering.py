@@ -35,6 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
+    "cost": {"state", "catalog", "spec"},  # issue 16: reports, budgets, audit, sla, tco
     "controller": {"providers", "storage", "state", "optimizer", "spot"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
@@ -53,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
         "policy",
         "storage",  # `checkpoints list|verify` inspects a store in process, like `plan`
         "providers",  # `plan` plans over what this install's providers sell (their offers())
+        "cost",  # `tco` runs in process
     },
     "server": {
         "spec",
@@ -71,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
         "bench",
     },
     # the lazy SDK facade: gpulease.plan(...), gpulease.estimate(...)
-    "__init__": {"catalog", "estimate", "optimizer", "spec"},
+    "__init__": {"catalog", "estimate", "optimizer", "spec", "cost"},
     "__main__": {"cli"},  # python -m gpulease
 }
 

@@ -27,6 +27,7 @@ from gpulease.cli import (
     server_cmd,
     spot_cmd,
     ssh_cmd,
+    tco_cmd,
     top_cmd,
 )
 
@@ -54,6 +55,7 @@ app.add_typer(checkpoint_cmd.app, name="checkpoints")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(metrics_cmd.app, name="metrics")
 app.command("dashboard")(dashboard_cmd.dashboard)
+app.command("tco")(tco_cmd.tco)
 
 
 @app.command("schema")
