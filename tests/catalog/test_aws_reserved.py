@@ -57,9 +57,12 @@ def test_effective_rate_rejects_other_classes_and_bad_figures() -> None:
     assert effective_rate({"termAttributes": five, "priceDimensions": dims}) is None
 
 
+_LEAF = st.one_of(st.none(), st.integers(), st.text(max_size=8))
+_JUNK = st.one_of(st.text(max_size=30), st.dictionaries(st.text(max_size=8), _LEAF, max_size=3))
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(st.text(max_size=30), st.dictionaries(st.text(max_size=8),
-       st.one_of(st.none(), st.integers(), st.text(max_size=8)), max_size=3)), max_size=5))  # fmt: skip
+@given(st.lists(_JUNK, max_size=5))
 def test_parser_never_crashes_on_junk(entries: list[Any]) -> None:
     assert isinstance(reserved_rates(entries), dict)
 
