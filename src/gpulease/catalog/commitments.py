@@ -96,7 +96,7 @@ def parse_off(value: Any, where: str) -> float:
         number = math.nan
     if not (math.isfinite(number) and 0 < number < 1):
         raise UserInputError(
-            f"{where}: off must be a fraction between 0 and 1 (0.30) or a percentage "
+            f"{where}: must be a fraction between 0 and 1 (0.30) or a percentage "
             f"('30%'), got {value!r}"
         )
     return number

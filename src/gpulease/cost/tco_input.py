@@ -133,13 +133,13 @@ def _number(name: str, value: Any, where: str) -> float:
     zero_ok = _NUMBERS[name]
     if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
         need = "a number ≥ 0" if zero_ok else "a positive number"
-        raise UserInputError(f"{where}: {name.replace('_', '-')} must be {need}, got {value!r}")
+        raise UserInputError(f"{where}: must be {need}, got {value!r}")
     return number
 
 
 def _compare(value: Any, where: str) -> Compare:
     if not isinstance(value, Mapping) or set(map(str, value)) - _COMPARE:
-        raise UserInputError(f"{where}: compare must be a mapping of {', '.join(sorted(_COMPARE))}")
+        raise UserInputError(f"{where}: must be a mapping of {', '.join(sorted(_COMPARE))}")
     money = {k: _number("purchase_per_server", value[k], f"{where}.{k}")
              for k in ("rented_on_demand", "hardware") if value.get(k) is not None}  # fmt: skip
     return Compare(label=str(value.get("label", "")), **money)
@@ -147,27 +147,27 @@ def _compare(value: Any, where: str) -> Compare:
 
 def _currency(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip().isalpha() or len(value.strip()) != 3:
-        raise UserInputError(f"{where}: currency must be a 3-letter code (USD, CNY)")
+        raise UserInputError(f"{where}: must be a 3-letter currency code (USD, CNY)")
     return value.strip().upper()
 
 
 def _gpus_per_server(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserInputError(f"{where}: gpus-per-server must be a whole number ≥ 1")
+        raise UserInputError(f"{where}: must be a whole number ≥ 1, got {value!r}")
     return value
 
 
 def _providers(value: Any, where: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(p, str) for p in items):
-        raise UserInputError(f"{where}: providers must be a list of provider ids")
+        raise UserInputError(f"{where}: must be a list of provider ids")
     return tuple(p.strip().lower() for p in items if p.strip())
 
 
 def _commitment(value: Any, where: str) -> str:
     text = str(value).strip().lower()
     if text not in ("1y", "3y"):
-        raise UserInputError(f"{where}: commitment must be 1y or 3y, got {value!r}")
+        raise UserInputError(f"{where}: must be 1y or 3y, got {value!r}")
     return text
 
 
@@ -206,12 +206,16 @@ def tco_input(values: Mapping[str, Any], where: str = "tco") -> TcoInput:
         if required not in given:
             flag = required.replace("_", "-")
             raise UserInputError(f"{where}: --{flag} is required (a flag or a key of the file)")
-    accelerator, count = parse_gpus(given.pop("gpus"), f"{where}: gpus")
-    parsed = {k: _field(k, v, f"{where}: {k}") for k, v in given.items() if k != "accelerator"}
+    accelerator, count = parse_gpus(given.pop("gpus"), f"{where}: --gpus")
+    parsed = {
+        k: _field(k, v, f"{where}: --{k.replace('_', '-')}")
+        for k, v in given.items()
+        if k != "accelerator"
+    }
     result = TcoInput(accelerator=accelerator, gpus=count, **parsed)
     if result.hours_per_month > HOURS_PER_MONTH:
         raise UserInputError(
-            f"{where}: hours-per-month {result.hours_per_month:g} is more than a month's "
+            f"{where}: --hours-per-month {result.hours_per_month:g} is more than a month's "
             f"{HOURS_PER_MONTH:g} hours"
         )
     return result
