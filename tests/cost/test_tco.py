@@ -163,6 +163,7 @@ def test_cli_example_reproduces_the_practice_and_says_where_it_differs(tmp_path:
     assert "break-even utilisation" in text and "tco_defaults.csv" in text
 
 
+# each field's own checks run in process: test_tco_input.py
 BASE_ARGS = ["--gpus", "A100-80GB:8", "--months", "3", "--hours-per-month", "5"]
 
 
@@ -170,10 +171,7 @@ BASE_ARGS = ["--gpus", "A100-80GB:8", "--months", "3", "--hours-per-month", "5"]
     ("args", "message"),
     [
         (["--gpus", "A100-80GB", "--months", "3", "--hours-per-month", "5"], "--gpus"),
-        (["--gpus", "Z999:8", "--months", "3", "--hours-per-month", "5"], "--gpus"),
-        (["--gpus", "A100-80GB:8", "--months", "3", "--hours-per-month", "800"], "hours-per"),
         (["--gpus", "A100-80GB:8", "--months", "3"], "--hours-per-month is required"),
-        (["--gpus", "A100-80GB:8", "--months", "-1", "--hours-per-month", "5"], "months"),
         ([*BASE_ARGS, "--currency", "yuan"], "currency"),
         (["--from", "/nonexistent/tco.yaml"], "--from"),
     ],
