@@ -5,6 +5,9 @@ optional, and every section in it is optional. Sections read so far:
 
 ``data_classes``
     user-defined data-policy classes (see :mod:`gpulease.policy`).
+``pricing``
+    the user's negotiated discounts, ``pricing.discounts`` (see
+    :mod:`gpulease.catalog.commitments`; docs/cost-tco.md).
 """
 
 from __future__ import annotations
