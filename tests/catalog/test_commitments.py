@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +31,9 @@ def _config(*items: Any) -> dict[str, Any]:
 
 def test_discounts_parse_with_defaults_and_percentages() -> None:
     found = discounts_from_config(_config(
-        {"provider": "AWS", "commitment": "1Y", "off": 0.3},
-        {"provider": "gcp", "commitment": "3y", "off": "45%", "regions": "europe-*", "note": "x"},
+        {"provider": "AWS", "commitment": "1Y", "discount": 0.3},
+        {"provider": "gcp", "commitment": "3y", "discount": "45%", "regions": "europe-*",
+         "note": "x"},
     ))  # fmt: skip
     assert found == (
         Discount("aws", "1y", 0.3),
@@ -43,16 +45,28 @@ def test_discounts_parse_with_defaults_and_percentages() -> None:
 @pytest.mark.parametrize(
     ("item", "field"),
     [
-        ({"commitment": "1y", "off": 0.3}, r"\[0\]\.provider"),
-        ({"provider": "aws", "commitment": "2y", "off": 0.3}, r"\[0\]\.commitment"),
-        ({"provider": "aws", "commitment": "1y", "off": 1.5}, r"\[0\]\.off"),
-        ({"provider": "aws", "commitment": "1y", "off": "thirty"}, r"\[0\]\.off"),
-        ({"provider": "aws", "commitment": "1y", "off": True}, r"\[0\]\.off"),
-        ({"provider": "aws", "commitment": "1y", "off": 0.3, "regions": [3]}, r"\.regions"),
-        ({"provider": "aws", "commitment": "1y", "off": 0.3, "pct": 1}, r"unknown field.*pct"),
+        ({"commitment": "1y", "discount": 0.3}, r"\[0\]\.provider"),
+        ({"provider": "aws", "commitment": "2y", "discount": 0.3}, r"\[0\]\.commitment"),
+        ({"provider": "aws", "commitment": "1y", "discount": 1.5}, r"\[0\]\.discount"),
+        ({"provider": "aws", "commitment": "1y", "discount": "thirty"}, r"\[0\]\.discount"),
+        ({"provider": "aws", "commitment": "1y", "discount": True}, r"\[0\]\.discount"),
+        ({"provider": "aws", "commitment": "1y", "discount": 0.3, "regions": [3]}, r"\.regions"),
+        ({"provider": "aws", "commitment": "1y", "discount": 0.3, "pct": 1}, r"unknown field.*pct"),
         ("aws 30%", r"\[0\]: must be a mapping"),
     ],
 )
+def test_off_is_an_alias_even_as_yaml_reads_it() -> None:
+    # YAML 1.1 (PyYAML) reads a bare `off:` key as the boolean False
+    text = "pricing:\n  discounts:\n    - {provider: aws, commitment: 1y, off: 0.3}\n"
+    config = yaml.safe_load(text)
+    assert False in config["pricing"]["discounts"][0]
+    assert discounts_from_config(config) == (Discount("aws", "1y", 0.3),)
+    assert discounts_from_config(_config({"provider": "aws", "commitment": "1y", "off": "30%"}))
+    both = {"provider": "aws", "commitment": "1y", "off": 0.3, "discount": 0.3}
+    with pytest.raises(UserInputError, match="give discount once"):
+        discounts_from_config(_config(both))
+
+
 def test_bad_discounts_name_the_field(item: Any, field: str) -> None:
     with pytest.raises(UserInputError, match=field):
         discounts_from_config(_config(item))
@@ -63,9 +77,9 @@ def test_the_section_and_duplicates_are_checked() -> None:
         discounts_from_config({"pricing": [1]})
     with pytest.raises(UserInputError, match=r"unknown field.*discount$"):
         discounts_from_config({"pricing": {"discount": []}})
-    twice = {"provider": "aws", "commitment": "1y", "off": 0.3}
+    twice = {"provider": "aws", "commitment": "1y", "discount": 0.3}
     with pytest.raises(UserInputError, match="two discounts for aws 1y"):
-        discounts_from_config(_config(twice, {**twice, "off": 0.2}))
+        discounts_from_config(_config(twice, {**twice, "discount": 0.2}))
 
 
 _PROVIDERS = st.sampled_from(["aws", "gcp", "azure", ""])
@@ -74,8 +88,8 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allo
 _ITEMS = st.one_of(
     st.fixed_dictionaries(
         {"provider": _PROVIDERS, "commitment": st.sampled_from(["1y", "3y", "5y", ""]),
-         "off": st.one_of(st.floats(-1, 2), st.text(max_size=4), _VALUES)},
-        optional={"regions": _VALUES, "note": _VALUES, "other": _VALUES},
+         "discount": st.one_of(st.floats(-1, 2), st.text(max_size=4), _VALUES)},
+        optional={"regions": _VALUES, "note": _VALUES, "other": _VALUES, "off": _VALUES},
     ),
     _VALUES,
 )  # fmt: skip

@@ -81,7 +81,7 @@ def test_3y_commitment_bills_whole_terms_and_says_so(catalog: Catalog) -> None:
 
 
 def test_the_users_discount_prices_the_commitment_and_is_named(catalog: Catalog) -> None:
-    config = {"pricing": {"discounts": [{"provider": "gcp", "commitment": "1y", "off": 0.6}]}}
+    config = {"pricing": {"discounts": [{"provider": "gcp", "commitment": "1y", "discount": 0.6}]}}
     r = _run(catalog, config)
     assert r.rent["committed"].per_server_hour == pytest.approx(40.00 * 0.4)  # 16 < aws 17
     assert "gcp europe-west4" in r.rent["committed"].source

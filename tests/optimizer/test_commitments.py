@@ -34,8 +34,8 @@ def test_a_negotiated_discount_prices_the_providers_offers_and_says_it_is_yours(
     small_catalog: Catalog,
 ) -> None:
     config = {"pricing": {"discounts": [
-        {"provider": "gcp", "commitment": "1y", "off": 0.30, "note": "MSA 2026"},
-        {"provider": "gcp", "commitment": "3y", "off": "50%"},
+        {"provider": "gcp", "commitment": "1y", "discount": 0.30, "note": "MSA 2026"},
+        {"provider": "gcp", "commitment": "3y", "discount": "50%"},
     ]}}  # fmt: skip
     task = make_task(resources=A100_8)
     reserved = _reserved(plan_all(task, catalog=small_catalog, config=config, hours=10))
@@ -54,7 +54,7 @@ def test_a_negotiated_discount_prices_the_providers_offers_and_says_it_is_yours(
 
 def test_the_users_discount_overrides_a_published_reserved_price(small_catalog: Catalog) -> None:
     config = {"pricing": {"discounts": [
-        {"provider": "aws", "commitment": "1y", "off": 0.5, "regions": ["us-*"]},
+        {"provider": "aws", "commitment": "1y", "discount": 0.5, "regions": ["us-*"]},
     ]}}  # fmt: skip
     task = make_task(resources={"accelerators": {"A100": 8}, "commitment": "1y"})
     reserved = _reserved(plan_all(task, catalog=small_catalog, config=config, hours=10))
@@ -63,6 +63,6 @@ def test_the_users_discount_overrides_a_published_reserved_price(small_catalog: 
 
 
 def test_a_bad_discount_is_a_user_error_naming_the_field(small_catalog: Catalog) -> None:
-    config = {"pricing": {"discounts": [{"provider": "aws", "commitment": "2y", "off": 0.3}]}}
+    config = {"pricing": {"discounts": [{"provider": "aws", "commitment": "2y", "discount": 0.3}]}}
     with pytest.raises(UserInputError, match=r"pricing.discounts\[0\].commitment"):
         plan_all(make_task(resources=A100_8), catalog=small_catalog, config=config, hours=10)

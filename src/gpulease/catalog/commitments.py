@@ -13,7 +13,7 @@ Config::
       discounts:
         - provider: aws          # a provider id (required)
           commitment: 1y         # 1y | 3y (required)
-          off: 0.30              # fraction off on-demand, 0 < off < 1 ("30%" also accepted)
+          discount: 0.30         # fraction off on-demand, 0 < d < 1 ("30%" also accepted)
           regions: [us-*]        # optional fnmatch patterns; default every region
           note: "MSA 2026-03"    # optional, shown in plans
 
@@ -39,7 +39,9 @@ from gpulease.catalog.types import OfferTable
 from gpulease.errors import UserInputError
 
 COMMITMENTS = ("1y", "3y")
-_FIELDS = frozenset({"provider", "commitment", "off", "regions", "note"})
+_FIELDS = frozenset({"provider", "commitment", "discount", "regions", "note"})
+#: ``off`` is an alias of ``discount``; YAML 1.1 (PyYAML) reads a bare ``off:`` key as False.
+_ALIASES = ("off", False)
 _WHERE = "config pricing.discounts"
 
 
@@ -105,7 +107,8 @@ def parse_off(value: Any, where: str) -> float:
 def _discount(item: Any, i: int) -> Discount:
     where = f"{_WHERE}[{i}]"
     if not isinstance(item, Mapping):
-        raise UserInputError(f"{where}: must be a mapping with provider, commitment and off")
+        raise UserInputError(f"{where}: must be a mapping with provider, commitment and discount")
+    item = _unaliased(item, where)
     unknown = sorted(set(map(str, item)) - _FIELDS)
     if unknown:
         raise UserInputError(f"{where}: unknown field(s) {', '.join(unknown)}")
@@ -124,10 +127,21 @@ def _discount(item: Any, i: int) -> Discount:
     return Discount(
         provider=provider.strip().lower(),
         commitment=commitment,
-        off=parse_off(item.get("off"), f"{where}.off"),
+        off=parse_off(item.get("discount"), f"{where}.discount"),
         regions=tuple(regions),
         note=str(item.get("note", "") or ""),
     )
+
+
+def _unaliased(item: Mapping[Any, Any], where: str) -> dict[Any, Any]:
+    out = dict(item)
+    given = [key for key in _ALIASES if key in out and out[key] is not None]
+    if given and "discount" in out:
+        raise UserInputError(f"{where}: give discount once (off is the same field)")
+    for key in _ALIASES:
+        if key in out:
+            out["discount"] = out.pop(key)
+    return out
 
 
 def discounts_from_config(config: Mapping[str, Any] | None) -> tuple[Discount, ...]:
