@@ -42,6 +42,18 @@ def test_discounts_parse_with_defaults_and_percentages() -> None:
     assert discounts_from_config({}) == () and discounts_from_config({"pricing": {}}) == ()
 
 
+def test_off_is_an_alias_even_as_yaml_reads_it() -> None:
+    # YAML 1.1 (PyYAML) reads a bare `off:` key as the boolean False
+    text = "pricing:\n  discounts:\n    - {provider: aws, commitment: 1y, off: 0.3}\n"
+    config = yaml.safe_load(text)
+    assert False in config["pricing"]["discounts"][0]
+    assert discounts_from_config(config) == (Discount("aws", "1y", 0.3),)
+    assert discounts_from_config(_config({"provider": "aws", "commitment": "1y", "off": "30%"}))
+    both = {"provider": "aws", "commitment": "1y", "off": 0.3, "discount": 0.3}
+    with pytest.raises(UserInputError, match="give discount once"):
+        discounts_from_config(_config(both))
+
+
 @pytest.mark.parametrize(
     ("item", "field"),
     [
@@ -55,18 +67,6 @@ def test_discounts_parse_with_defaults_and_percentages() -> None:
         ("aws 30%", r"\[0\]: must be a mapping"),
     ],
 )
-def test_off_is_an_alias_even_as_yaml_reads_it() -> None:
-    # YAML 1.1 (PyYAML) reads a bare `off:` key as the boolean False
-    text = "pricing:\n  discounts:\n    - {provider: aws, commitment: 1y, off: 0.3}\n"
-    config = yaml.safe_load(text)
-    assert False in config["pricing"]["discounts"][0]
-    assert discounts_from_config(config) == (Discount("aws", "1y", 0.3),)
-    assert discounts_from_config(_config({"provider": "aws", "commitment": "1y", "off": "30%"}))
-    both = {"provider": "aws", "commitment": "1y", "off": 0.3, "discount": 0.3}
-    with pytest.raises(UserInputError, match="give discount once"):
-        discounts_from_config(_config(both))
-
-
 def test_bad_discounts_name_the_field(item: Any, field: str) -> None:
     with pytest.raises(UserInputError, match=field):
         discounts_from_config(_config(item))
