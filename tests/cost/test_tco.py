@@ -92,6 +92,10 @@ def test_committed_off_is_the_fallback_without_a_committed_price(catalog: Catalo
     none = _run(catalog, providers=["lambda"])
     assert none.rent["committed"].total is None
     assert "--committed-off" in none.rent["committed"].source
+    # only the published discounts of the providers asked about, for the term, as reference
+    assert none.published == () and none.to_dict()["published_discounts"] == []
+    gcp = _run(catalog, providers=["gcp"], commitment="3y").to_dict()["published_discounts"]
+    assert {(p["provider"], p["commitment"]) for p in gcp} == {("gcp", "3y")} and len(gcp) == 2
     r = _run(catalog, providers=["lambda"], committed_off="30%")
     assert r.rent["committed"].per_server_hour == pytest.approx(14.32 * 0.7)
     assert r.rent["spot"].total is None and r.break_even["owned_vs_spot"] is None

@@ -129,6 +129,11 @@ def render(result: TcoResult) -> str:
                     f"  {key.replace('_', ' ')}: theirs {_m(row['theirs'], c)}, today "
                     f"{_m(row['today'], c)} ({row['ratio']:.2f}×)"
                 )
+    if d["published_discounts"] and be["committed_vs_on_demand"] is None:
+        lines += ["", f"published {d['commitment']} discounts (reference only, not applied):"]
+        for p in d["published_discounts"]:
+            size = ("up to " if p["kind"] == "ceiling" else "") + f"{p['off'] * 100:g}%"
+            lines.append(f"  {p['provider']}: {size}, {p['scope']} ({p['source']}, {p['date']})")
     if d["defaults_used"]:
         lines += ["", "defaults used (cost/data/tco_defaults.csv):"]
         for key, info in d["defaults_used"].items():

@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from gpulease.catalog import Catalog
-from gpulease.catalog.commitments import Discount, discounts_from_config, reserved_prices
+from gpulease.catalog.commitments import (
+    Discount,
+    PublishedDiscount,
+    discounts_from_config,
+    published_discounts,
+    reserved_prices,
+)
 from gpulease.cost.tco_input import HOURS_PER_MONTH, Default, TcoInput, defaults, tco_input
 from gpulease.errors import UserInputError
 
@@ -62,6 +68,7 @@ class TcoResult:
     used_gpu_hours: float
     sources: dict[str, Default] = field(default_factory=dict)  # defaults used
     list_capex: float | None = None  # the servers at the sourced default price, if one
+    published: tuple[PublishedDiscount, ...] = ()  # the term's published discounts (reference)
     notes: tuple[str, ...] = ()
 
     def cheapest(self) -> str:
@@ -98,6 +105,18 @@ class TcoResult:
                 for k, d in self.sources.items()
             },
             "compare": _compare_dict(self),
+            "published_discounts": [
+                {
+                    "provider": p.provider,
+                    "commitment": p.commitment,
+                    "off": p.off,
+                    "kind": p.kind,
+                    "scope": p.scope,
+                    "source": p.source_url,
+                    "date": p.source_date,
+                }
+                for p in self.published
+            ],
             "notes": list(self.notes),
         }
 
@@ -281,6 +300,12 @@ def tco(
         used_gpu_hours=used * inputs.gpus,
         sources=r.used,
         list_capex=_list_capex(inputs),
+        published=tuple(
+            p
+            for p in published_discounts()
+            if p.commitment == inputs.commitment
+            and (not inputs.providers or p.provider in inputs.providers)
+        ),
         notes=tuple(_notes(inputs, depreciation, rent["committed"])),
     )
 
