@@ -35,12 +35,13 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
-    "cost": {"state", "catalog", "spec"},  # issue 16: reports, budgets, audit, sla, tco
     "controller": {"providers", "storage", "state", "optimizer", "spot"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
     "serve": {"controller"},
     "metrics": {"state", "catalog"},
+    # reports over the cost ledger (read only); the server and the CLI use it, the controller not
+    "cost": {"state", "catalog", "spec"},
     "bench": {"catalog"},
     "client": {"spec"},
     "cli": {
@@ -54,7 +55,7 @@ ALLOWED: dict[str, set[str]] = {
         "policy",
         "storage",  # `checkpoints list|verify` inspects a store in process, like `plan`
         "providers",  # `plan` plans over what this install's providers sell (their offers())
-        "cost",  # `tco` runs in process
+        "cost",  # `gpulease cost` shapes the server's report; `tco` runs in process
     },
     "server": {
         "spec",
@@ -71,9 +72,10 @@ ALLOWED: dict[str, set[str]] = {
         "serve",
         "metrics",
         "bench",
+        "cost",  # GET /v1/cost and the other cost reports
     },
     # the lazy SDK facade: gpulease.plan(...), gpulease.estimate(...)
-    "__init__": {"catalog", "estimate", "optimizer", "spec", "cost"},
+    "__init__": {"catalog", "estimate", "optimizer", "spec", "cost"},  # + gpulease.tco(...)
     "__main__": {"cli"},  # python -m gpulease
 }
 
@@ -93,6 +95,14 @@ def test_nothing_imports_cli_or_server() -> None:
     for unit, may in ALLOWED.items():
         assert "server" not in may, unit
         assert "cli" not in may or unit == "__main__", unit
+
+
+def test_the_controller_may_not_import_cost() -> None:
+    """The ledger is written by the controller through ``state``; the reports over it sit
+    above, beside the server and the CLI."""
+    assert "cost" not in ALLOWED["controller"]
+    assert ALLOWED["cost"] <= {"state", "catalog", "spec"}
+    assert "cost" in ALLOWED["server"] and "cost" in ALLOWED["cli"]
 
 
 def test_the_checker_sees_the_real_lazy_imports() -> None:
