@@ -61,6 +61,7 @@ def test_a_full_input_with_every_field() -> None:
         ({"committed_off": 1.2}, "--committed-off"),
         ({"compare": {"price": 1}}, "--compare"),
         ({"colour": "red"}, "unknown input.*colour"),
+        ({"accelerator": "H100"}, "unknown input.*accelerator"),  # it is part of --gpus
     ],
 )
 def test_each_bad_field_is_named(extra: dict[str, Any], flag: str) -> None:

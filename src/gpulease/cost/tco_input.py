@@ -199,7 +199,7 @@ def _field(name: str, value: Any, where: str) -> Any:
 def tco_input(values: Mapping[str, Any], where: str = "tco") -> TcoInput:
     """A validated :class:`TcoInput` from named values (file keys or flags; None = unset)."""
     given = {str(k).replace("-", "_"): v for k, v in values.items() if v is not None}
-    unknown = sorted(set(given) - set(FIELDS) - {"gpus"})
+    unknown = sorted(set(given) - (set(FIELDS) - {"accelerator"}) - {"gpus"})
     if unknown:
         raise UserInputError(f"{where}: unknown input(s) {', '.join(unknown)}")
     for required in ("gpus", "months", "hours_per_month"):
@@ -207,11 +207,7 @@ def tco_input(values: Mapping[str, Any], where: str = "tco") -> TcoInput:
             flag = required.replace("_", "-")
             raise UserInputError(f"{where}: --{flag} is required (a flag or a key of the file)")
     accelerator, count = parse_gpus(given.pop("gpus"), f"{where}: --gpus")
-    parsed = {
-        k: _field(k, v, f"{where}: --{k.replace('_', '-')}")
-        for k, v in given.items()
-        if k != "accelerator"
-    }
+    parsed = {k: _field(k, v, f"{where}: --{k.replace('_', '-')}") for k, v in given.items()}
     result = TcoInput(accelerator=accelerator, gpus=count, **parsed)
     if result.hours_per_month > HOURS_PER_MONTH:
         raise UserInputError(
