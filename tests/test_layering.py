@@ -86,7 +86,7 @@ ALLOWED: dict[str, set[str]] = {
         "cost",  # GET /v1/cost and the other cost reports
     },
     # the lazy SDK facade: gpulease.plan(...), gpulease.estimate(...)
-    "__init__": {"catalog", "estimate", "optimizer", "spec"},
+    "__init__": {"catalog", "estimate", "optimizer", "spec", "cost"},  # + gpulease.tco(...)
     "__main__": {"cli"},  # python -m gpulease
 }
 

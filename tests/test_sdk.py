@@ -25,6 +25,7 @@ def test_public_surface_is_curated() -> None:
         "load_task",
         "plan",
         "plan_all",
+        "tco",
     ]
     for name in gpulease.__all__:
         assert getattr(gpulease, name) is not None

@@ -7,6 +7,7 @@ The SDK surface is kept small and lazy (importing ``gpulease`` loads nothing hea
     plans = gpulease.plan(task)
     catalog = gpulease.Catalog.load()
     answer = gpulease.estimate(task, gpus="H800:8", nodes=256)   # hardware you name
+    result = gpulease.tco(gpus="A100-80GB:8", months=36, hours_per_month=500)  # rent vs buy
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ __all__ = [
     "load_task",
     "plan",
     "plan_all",
+    "tco",
 ]
 
 if TYPE_CHECKING:
     # at run time `gpulease.estimate` is the estimate package, which is callable as this
     from gpulease.catalog import Catalog
+    from gpulease.cost.tco import tco
     from gpulease.estimate.hardware import estimate_hardware as estimate
     from gpulease.optimizer import Plan, PlanResult, plan, plan_all
     from gpulease.spec import Task, load_task
@@ -43,6 +46,7 @@ _LAZY = {
     "plan_all": "gpulease.optimizer",
     "Task": "gpulease.spec",
     "load_task": "gpulease.spec",
+    "tco": "gpulease.cost.tco",  # rent against buy, in process
 }
 
 

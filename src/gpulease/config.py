@@ -3,6 +3,9 @@
 The home is ``$GPULEASE_HOME`` or ``~/.gpulease``. The config file is ``<home>/config.yaml``; it is
 optional, and every section in it is optional. Sections read so far:
 
+``pricing``
+    the user's negotiated discounts, ``pricing.discounts`` (see
+    :mod:`gpulease.catalog.commitments`; docs/cost-tco.md).
 ``data_classes``
     user-defined data-policy classes (see :mod:`gpulease.policy`).
 """

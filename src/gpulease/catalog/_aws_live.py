@@ -12,7 +12,9 @@ Per region, with its own EC2 client (``AWS_ENDPOINT_URL`` is honoured by boto3):
 - ``DescribeSpotPriceHistory`` (``Linux/UNIX``, ``StartTime`` now, paginated) for those types:
   the newest price per (instance type, availability zone) becomes that zone's offer (zone names
   become zone IDs through ``DescribeAvailabilityZones``, as in the snapshot).
-- On-demand prices stay as they were (snapshot or gpuhunt): the Pricing API is not used.
+- On-demand prices stay as they were (snapshot or gpuhunt). The Pricing API gives the
+  reserved columns (:mod:`._aws_reserved`) when the credentials allow ``pricing:GetProducts``;
+  otherwise a note says so and the reserved columns stay.
 - Interruption bands come from the public Spot Advisor data (:mod:`._spot_advisor`) when it can
   be read; otherwise the rows keep their bands and one warning says so.
 
@@ -116,6 +118,7 @@ class AwsUpdate:
     rows: int
     warnings: list[str] = field(default_factory=list)
     stats: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)  # e.g. reserved prices not read
 
 
 # -- pure helpers ---------------------------------------------------------------------------------
@@ -309,6 +312,7 @@ def _meta(table: OfferTable, regions: list[str], update: AwsUpdate, today: date)
             "rows": update.rows,
             "events": dict(update.stats.most_common()),
             "warnings": update.warnings,
+            "notes": update.notes,
         },
     }
 
@@ -324,7 +328,7 @@ def update_from_aws(
 
     ``regions`` default to the catalog's :data:`DEFAULT_REGION_CAP` AWS regions with the most
     offers (a warning says so). Returns what was done; warnings are for the user to see."""
-    from gpulease.catalog import _aws_merge, _refresh
+    from gpulease.catalog import _aws_merge, _aws_reserved, _refresh
 
     now = datetime.now(UTC)
     today = today or now.date()
@@ -336,9 +340,14 @@ def update_from_aws(
     bands, why = _spot_advisor.fetch(advisor_url)
     if bands is None:
         warnings.append(f"{why}; kept the catalog's interruption bands")
+    types = known.union(*(d.infos for d in data.values()))
+    rates, unread = _aws_reserved.fetch(wanted, types, clock=clock)
     merged = _aws_merge.merge(current, data, bands, as_of=today.isoformat())
     if merged.stats["rows"] == 0:
         raise CatalogError(f"{SOURCE}: no AWS GPU offers in {', '.join(wanted)}; catalog unchanged")
+    table, priced = _aws_reserved.apply(merged.table, rates)
+    merged.stats["rows with reserved prices"] = priced
     update = AwsUpdate(cache_path(), wanted, merged.stats["rows"], warnings, merged.stats)
-    _refresh.write_table(merged.table, _meta(merged.table, wanted, update, today))
+    update.notes.extend([unread] if unread else [])
+    _refresh.write_table(table, _meta(table, wanted, update, today))
     return update

@@ -104,6 +104,8 @@ def _update_aws(regions: list[str] | None) -> None:
     err = console(stderr=True)
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    for note in result.notes:
+        err.print(f"note: {note}", soft_wrap=True)
     console().print(
         f"aws-api: {result.rows} AWS offers from {', '.join(result.regions)}", soft_wrap=True
     )

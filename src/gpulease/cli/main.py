@@ -30,6 +30,7 @@ from gpulease.cli import (
     sla_cmd,
     spot_cmd,
     ssh_cmd,
+    tco_cmd,
     top_cmd,
 )
 
@@ -47,6 +48,7 @@ app.add_typer(catalog_cmd.app, name="catalog")
 app.command("plan")(plan_cmd.plan)
 app.command("gpus")(gpus_cmd.gpus)
 app.command("estimate")(estimate_cmd.estimate)
+app.command("tco")(tco_cmd.tco)
 app.command("launch")(launch_cmd.launch)
 cluster_cmd.register(app)
 app.command("ssh")(ssh_cmd.ssh)

@@ -20,6 +20,7 @@ from gpulease.catalog.types import OfferTable
 from gpulease.errors import UserInputError
 from gpulease.optimizer import spot_overhead
 from gpulease.optimizer.candidates import Limits, PricingGrid, build_pricing_grid
+from gpulease.optimizer.commitments import mark_user_prices, reserved_column, user_discounts
 from gpulease.optimizer.constraints import apply_resource_constraints
 from gpulease.optimizer.funnel import Funnel
 from gpulease.optimizer.plan import OBJECTIVES, Objective, Plan, PlanResult, Pricing
@@ -88,7 +89,10 @@ def plan_all(
         has_workload=task.workload is not None,
     )
     pricings = _pricings(task)
+    discounts = user_discounts(config)
     prices_all = _price_columns(offers, pricings, task.resources.commitment)
+    if "reserved" in prices_all and discounts:
+        prices_all["reserved"] = reserved_column(offers, task.resources.commitment, discounts)
     _require_price(funnel, prices_all, pricings)
     index = np.flatnonzero(funnel.alive)
     sub = offers if index.size == len(offers) else offers.take(index)
@@ -120,6 +124,8 @@ def plan_all(
     explain(funnel, ctx, grids)
     preference_filter(funnel, ctx)
     plans, pareto = rank(ctx, grids, top)
+    plans = mark_user_prices(plans, task.resources.commitment, discounts)
+    pareto = mark_user_prices(pareto, task.resources.commitment, discounts)
     return PlanResult(
         plans=tuple(plans),
         pareto=tuple(pareto),
