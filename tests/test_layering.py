@@ -35,6 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
+    "cost": {"state", "catalog", "spec"},  # reads the ledger; the server and the CLI use it
     "controller": {"providers", "storage", "state", "optimizer", "spot"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
@@ -69,6 +70,7 @@ ALLOWED: dict[str, set[str]] = {
         "serve",
         "metrics",
         "bench",
+        "cost",
     },
     # the lazy SDK facade: gpulease.plan(...), gpulease.estimate(...)
     "__init__": {"catalog", "estimate", "optimizer", "spec"},

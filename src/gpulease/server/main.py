@@ -38,6 +38,7 @@ from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
+from gpulease.server.budget_loop import budget_loop
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
@@ -142,10 +143,12 @@ def _assemble(home: Path) -> _Parts:
     syncs = CheckpointSyncs()
     agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs)
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
+    budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
-                      jobs=job_loop)  # fmt: skip
+                      jobs=job_loop, budgets=budgets)  # fmt: skip
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
+    service.budgets = budgets
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
@@ -171,6 +174,7 @@ def _assemble(home: Path) -> _Parts:
         metrics=metrics,
         telemetry=reader,
         logins=Logins(clock),
+        budgets=budgets,
     )
     return parts
 
