@@ -152,3 +152,19 @@ def test_the_guard_refuses_by_name_unless_over_budget(engine: Engine) -> None:
         loop.check_launch(task_name="train-1", providers=["local"], estimate=None)
     loop.check_launch(task_name="train-1", providers=["local"], estimate=None, over_budget=True)
     loop.check_launch(task_name="eval", providers=["local"], estimate=None)  # out of scope
+
+
+def test_metrics_show_each_budget(engine: Engine) -> None:
+    from prometheus_client import generate_latest
+
+    from gpulease.server.metrics import ControlPlaneCollector, metrics_registry
+
+    seed_row(engine, started_at=MONTH, ended_at=MONTH + 60, cost_usd=125.0)
+    loop = _loop(engine, _budget("block"), VirtualClock(NOW))
+    text = generate_latest(metrics_registry(ControlPlaneCollector(engine, budgets=loop))).decode()
+    assert 'gpulease_budget_spend_usd{budget="team-monthly"} 125.0' in text
+    assert 'gpulease_budget_limit_usd{budget="team-monthly"} 500.0' in text
+    assert 'gpulease_budget_warn_ratio{budget="team-monthly"} 0.8' in text
+    assert (
+        loop.states()[0].view()["line"] == "team-monthly (month): $125.00 / $500.00 (25 %), block"
+    )

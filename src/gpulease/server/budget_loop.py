@@ -30,6 +30,8 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -305,3 +307,21 @@ def budget_loop(
         return isinstance(providers.get(provider), SupportsStopStart)
 
     return BudgetLoop(engine, budgets, clock=clock, stop_job=stop_job, can_stop=can_stop)
+
+
+def budget_families(states: Sequence[BudgetState]) -> list[Metric]:
+    """``gpulease_budget_spend_usd`` / ``_limit_usd`` / ``_warn_ratio`` by ``budget``."""
+    spend = GaugeMetricFamily("gpulease_budget_spend_usd",
+                              "dollars a budget's scope spent in its current period",
+                              labels=["budget"])  # fmt: skip
+    limit = GaugeMetricFamily("gpulease_budget_limit_usd", "a budget's limit per period",
+                              labels=["budget"])  # fmt: skip
+    warn = GaugeMetricFamily(
+        "gpulease_budget_warn_ratio", "a budget's warn_at (share of the limit)", labels=["budget"]
+    )
+    for state in states:
+        b = state.budget
+        spend.add_metric([b.name], state.spend)
+        limit.add_metric([b.name], b.limit)
+        warn.add_metric([b.name], b.warn_at)
+    return [spend, limit, warn]

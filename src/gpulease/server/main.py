@@ -152,7 +152,8 @@ def _assemble(home: Path) -> _Parts:
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
-    collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs)
+    collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs,
+                                      budgets=budgets)  # fmt: skip
     telemetry = telemetry_settings(cfg)
     latest, relayed = LatestSamples(), RelayedMetrics(telemetry.interval_s)
     metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg),
