@@ -237,9 +237,10 @@ def _attempt_ended(snap: JobSnapshot, attempt: AttemptView) -> list[JobAction]:
     if stop == "budget":
         spent = f"${job.cost_usd:.2f}"
         budget = job.doc.policy.budget_usd
-        msg = f"budget: spent {spent} of ${budget:.2f}; stopped with a checkpoint"
         if budget is None:  # an install budget (``budgets:``) stopped it: its words
             msg = f"{_stop_detail(job, 'stop:budget')}; stopped with a checkpoint"
+        else:
+            msg = f"budget: spent {spent} of ${budget:.2f}; stopped with a checkpoint"
         return [*_end(snap, "budget"), SetJob(_J.FAILED, msg, "budget")]
     if stop in ("migrate", "price"):
         return [*_end(snap, stop), Recover(stop, f"{stop}: {why}", block=stop == "price")]
