@@ -5,6 +5,9 @@ optional, and every section in it is optional. Sections read so far:
 
 ``data_classes``
     user-defined data-policy classes (see :mod:`gpulease.policy`).
+``budgets``
+    spend caps per calendar period that warn, block launches or stop clusters (see
+    :mod:`gpulease.cost.budgets`, docs/cost-budgets.md).
 """
 
 from __future__ import annotations
