@@ -99,3 +99,14 @@ def test_block_refuses_by_name_and_stop_stops_clusters_and_jobs(
     assert "budget cap (month): $6.00 / $5.00 (120 %), stop" in status.stdout, status.stdout
     lines = {b["name"]: b["line"] for b in api.budgets()}
     assert lines["gate"] == "gate (month): $6.00 / $5.00 (120 %), block"
+
+
+def test_a_bad_budget_stops_the_server_at_start_with_exit_2(home: Path) -> None:
+    (home / "config.yaml").write_text("budgets:\n  - {name: b, period: month, limit: -5}\n")
+    env = {**os.environ, "GPULEASE_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "gpulease.server", "run", "--port", "0"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                         check=False)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "error: budgets[0].limit: Input should be greater than 0" in out.stderr
+    assert "Traceback" not in out.stderr
