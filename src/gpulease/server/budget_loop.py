@@ -87,10 +87,12 @@ def os_user() -> str:
         return "unknown"
 
 
-def cluster_task_name(cluster: Cluster) -> str:
-    spec = (cluster.task or {}).get("spec") or {}
+def spec_name(document: Mapping[str, object] | None) -> str | None:
+    """The task name of a cluster's or job's document (its spec's ``name``), as the ledger
+    records it (None: the task has none)."""
+    spec = (document or {}).get("spec")
     name = spec.get("name") if isinstance(spec, dict) else None
-    return name if isinstance(name, str) and name else cluster.name
+    return name if isinstance(name, str) and name else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +215,7 @@ class BudgetLoop:
         return BudgetSnapshot(budget, now, label, spend, recorded, clusters, jobs)
 
     def _in_scope(self, budget: Budget, cluster: Cluster) -> bool:
-        return budget.scope.matches(provider=cluster.provider, task_name=cluster_task_name(cluster),
+        return budget.scope.matches(provider=cluster.provider, task_name=spec_name(cluster.task),
                                     user=self.user)  # fmt: skip
 
     def _jobs(self, session: Session, budget: Budget) -> Iterable[JobRef]:
@@ -221,7 +223,7 @@ class BudgetLoop:
         for job in session.scalars(running):
             cluster = session.get(Cluster, job.cluster_id) if job.cluster_id else None
             if cluster is not None and budget.scope.matches(
-                provider=cluster.provider, task_name=job.name, user=self.user
+                provider=cluster.provider, task_name=spec_name(job.task), user=self.user
             ):
                 yield JobRef(job.id, job.name)
 

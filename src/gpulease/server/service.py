@@ -136,7 +136,7 @@ class ClusterService:
         name = check_name(name or taken.task.name)
         targets, estimate = launch_targets_and_estimate(taken.task, self.catalog(),
                                                         frozenset(self.providers))  # fmt: skip
-        self.check_budgets(taken.task.name or name, targets, estimate, over_budget)
+        self.check_budgets(taken.task.name, targets, estimate, over_budget)
         self.check_files(taken.run.workdir, taken.run.file_mounts, targets)
         doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
         auto = taken.task.resources.autostop
@@ -156,7 +156,7 @@ class ClusterService:
         ignored = ignored_field_warnings(taken.task.resources, (t.provider for t in targets))
         return {**view, "warnings": [*taken.warnings, *ignored]}
 
-    def check_budgets(self, task_name: str, targets: Iterable[LaunchTarget],
+    def check_budgets(self, task_name: str | None, targets: Iterable[LaunchTarget],
                       estimate: float | None, over_budget: bool) -> None:  # fmt: skip
         """Raise :class:`~gpulease.server.budget_loop.OverBudget` when a ``block`` budget
         refuses a launch to ``targets``."""
