@@ -21,7 +21,18 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gpulease"
 # Leaf modules any unit may use; they import only each other. Add a new one here and to
 # docs/architecture.md.
 BASE = frozenset(
-    {"errors", "config", "units", "clock", "backoff", "wire", "filesync", "atomic", "jsonhttp"}
+    {
+        "errors",
+        "config",
+        "units",
+        "clock",
+        "backoff",
+        "wire",
+        "filesync",
+        "atomic",
+        "jsonhttp",
+        "billing",
+    }
 )
 
 ALLOWED: dict[str, set[str]] = {

@@ -49,6 +49,7 @@ def seed_row(
                 on_demand_price_per_hour=None,
                 quantity=None,
                 billing="second",
+                run_started_at=started_at,
                 started_at=started_at,
                 ended_at=ended_at,
                 closed=True,

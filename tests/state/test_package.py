@@ -14,6 +14,7 @@ GPULEASE_ALLOWED = {
     "gpulease.errors",
     "gpulease.config",
     "gpulease.clock",
+    "gpulease.billing",  # the billing rules the ledger applies (a base module)
     "gpulease.units",
     "gpulease.state",
 }

@@ -10,9 +10,10 @@ and the cluster loop launches by intent, idempotently (no duplicate nodes).
 
 It also relays provider events: a preemption notice goes to the node's agent (the task gets
 SIGTERM, checkpoints and exits 75; the agent uploads the checkpoint), a preemption marks the node
-PREEMPTED. Cost and run time accrue on the job's clock (the sim provider's scaled clock when
-the job runs only there). States moved: job statuses (through ``set_status``), attempt clusters
-→ TERMINATING, nodes → PREEMPTED.
+PREEMPTED. Run time accrues on the job's clock (the sim provider's scaled clock when the job
+runs only there); spend is the cost ledger's sum for the job (:mod:`~gpulease.controller.accrual`
+writes it on the same clock), copied into ``jobs.cost_usd``. States moved: job statuses
+(through ``set_status``), attempt clusters → TERMINATING, nodes → PREEMPTED.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -80,6 +81,7 @@ from gpulease.state import (
     set_status,
 )
 from gpulease.state.claims import Claimable
+from gpulease.state.ledger import job_spend
 
 log = logging.getLogger("gpulease.controller.jobs")
 
@@ -263,7 +265,7 @@ class JobReconciler:
             row = get_job(session, job_id)
             if row is None:
                 return None
-            view = _job_view(row)
+            view = replace(_job_view(row), cost_usd=job_spend(session, job_id))
             attempt, others_live = _attempt_view(session, row)
         now_job = self.job_clock(row.clock).now()
         spot_price = limit = None
@@ -313,19 +315,20 @@ class JobReconciler:
     # ---- bookkeeping ------------------------------------------------------------------------
 
     def _accrue(self, job_id: int, snap: JobSnapshot) -> bool:
-        """Add the attempt's cost and run time since the last mark (job clock)."""
+        """Add the attempt's run time since the last mark (job clock) and copy the job's spend
+        from the cost ledger (``jobs.cost_usd`` is a cache of the ledger's sum, which the
+        cluster loop's accrual writes)."""
         with self._writing() as session:
             row = get_job(session, job_id)
             if row is None:
                 return False
+            row.cost_usd = job_spend(session, job_id)
             last = row.mark_at_job
             row.mark_at_job = snap.now_job
             attempt = snap.attempt
             if last is None or attempt is None:
                 return False
             dt = max(0.0, snap.now_job - last)
-            if attempt.status in BILLED or attempt.status is _C.TERMINATING:
-                row.cost_usd += (attempt.target.price_per_hour or 0.0) * dt / 3600.0
             if attempt.status is _C.RUNNING and row.status is JobStatus.RUNNING:
                 row.run_s += dt
             return False

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, exists, or_, select, update
 
 from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock
+from gpulease.controller.accrual import Accrual
 from gpulease.controller.actions import Action
 from gpulease.controller.apply import Applier
 from gpulease.controller.decide import decide
@@ -72,6 +73,7 @@ class Reconciler:
         self.config = config or ReconcileConfig()
         self.settings = settings or LoopSettings()
         self.observer = Observer(providers, agents)
+        self.accrual = Accrual(engine, providers, clock)
         self.skeleton: Skeleton[Snapshot, Action] = Skeleton(
             self, engine, clock=clock, worker=self.worker, settings=self.settings
         )
@@ -103,8 +105,14 @@ class Reconciler:
             return list(session.scalars(stmt))
 
     def run_pass(self) -> bool:
-        """One step for every due cluster; True when any step changed something."""
-        return self.skeleton.run_pass()
+        """One step for every due cluster, then the cost ledger brought up to now (its writes
+        are bookkeeping, not progress); True when any step changed something."""
+        progress = self.skeleton.run_pass()
+        try:
+            self.accrual.run()
+        except Exception:  # the ledger catches up on the next pass; the loop must go on
+            log.exception("cost accrual failed")
+        return progress
 
     def reconcile(self, cluster_id: int) -> bool:
         """Claim the cluster, take one step, release it. False when it was claimed elsewhere,
@@ -114,9 +122,12 @@ class Reconciler:
     # ---- EntityLoop -------------------------------------------------------------------------
 
     def snapshot(self, cluster_id: int, retry_at: float | None) -> Snapshot | None:
-        return self.observer.snapshot(
+        snap = self.observer.snapshot(
             self.engine, cluster_id, now=self.clock.now(), retry_at=retry_at
         )
+        if snap is not None:
+            self.accrual.seen_running(snap)
+        return snap
 
     def decide(self, snap: Snapshot) -> list[Action]:
         return decide(snap, self.config)

@@ -14,7 +14,8 @@ confirmation comes from a later ``list_instances`` that no longer shows the inst
 TERMINATED); launch errors are typed (:class:`CapacityError` → try elsewhere, :class:`QuotaError`,
 :class:`ProviderUnavailable` → retry later). Optional capabilities are mixins checked with
 ``isinstance`` (:class:`SupportsStopStart`, :class:`SupportsSpot`, :class:`SupportsMultiNode`,
-:class:`SupportsNodeToken`, :class:`SupportsSpotMarket`, :class:`SupportsOffers`).
+:class:`SupportsNodeToken`, :class:`SupportsSpotMarket`, :class:`SupportsPriceHistory`,
+:class:`SupportsOffers`).
 """
 
 from __future__ import annotations
@@ -155,11 +156,19 @@ class Provider(ABC):
 
     ``shares_files``: whether the nodes see this machine's files at the same paths (local, sim).
     When they do not (the default: cloud VMs, a Slurm cluster), the server uploads a task's
-    workdir and file mounts through each node's agent before submitting it."""
+    workdir and file mounts through each node's agent before submitting it.
+
+    ``billing``: how the provider bills an instance, a rule string of
+    :class:`gpulease.state.ledger.Billing` (``second``, ``second:60``, ``minute``, ``hour``, with
+    ``,request`` when it bills from the request rather than from running);
+    ``volume_usd_per_gb_month``: what a stopped instance's disks cost (None: nothing, or not
+    charged). The controller's cost ledger reads both."""
 
     name: str
     events_every_s: float = 0.0
     shares_files: bool = False
+    billing: str = "second"
+    volume_usd_per_gb_month: float | None = None
 
     @abstractmethod
     def launch(self, request: LaunchRequest) -> list[Instance]: ...
@@ -227,6 +236,25 @@ class SupportsSpotMarket(ABC):
     @abstractmethod
     def market_clock(self) -> Clock:
         """The clock the provider's prices, preemptions and spot availability follow."""
+
+
+class SupportsPriceHistory(ABC):
+    """The provider knows when its spot prices changed (the cost ledger closes a row at each
+    change's instant, so a late pass still splits the interval where the price changed)."""
+
+    @abstractmethod
+    def spot_price_changes(
+        self,
+        region: str | None,
+        zone: str | None,
+        instance_type: str | None,
+        quoted: float,
+        *,
+        after: float,
+        until: float,
+    ) -> list[tuple[float, float]]:
+        """``(at, price per hour)`` of each change in ``(after, until]`` (market clock time) of
+        the spot price of what was quoted ``quoted`` per hour, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from gpulease.providers.base import (
     SupportsMultiNode,
     SupportsNodeToken,
     SupportsOffers,
+    SupportsPriceHistory,
     SupportsSpot,
     SupportsSpotMarket,
 )
@@ -66,15 +67,18 @@ class SimRecord:
     preempted: bool = False
 
 
-def _load_clock(path: Path, scale: float) -> ScaledClock:
-    """The sim clock, continuing from where a previous server left it."""
+def _load_clock(path: Path, scale: float) -> tuple[ScaledClock, float]:
+    """The sim clock, continuing from where a previous server left it, and the simulated
+    cloud's origin (sim time it first started: price changes and traces count from it)."""
     if path.exists():
         saved = json.loads(path.read_text(encoding="utf-8"))
         elapsed_real = max(0.0, time.time() - float(saved["real_start"]))
-        return ScaledClock(scale, start=float(saved["sim_start"]) + elapsed_real * scale)
+        start = float(saved["sim_start"])
+        return ScaledClock(scale, start=start + elapsed_real * scale), start
     clock = ScaledClock(scale)
-    _write_json(path, {"real_start": time.time(), "sim_start": clock.now(), "scale": scale})
-    return clock
+    origin = clock.now()
+    _write_json(path, {"real_start": time.time(), "sim_start": origin, "scale": scale})
+    return clock, origin
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -83,7 +87,13 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 class SimProvider(
-    Provider, SupportsSpot, SupportsMultiNode, SupportsNodeToken, SupportsSpotMarket, SupportsOffers
+    Provider,
+    SupportsSpot,
+    SupportsMultiNode,
+    SupportsNodeToken,
+    SupportsSpotMarket,
+    SupportsPriceHistory,
+    SupportsOffers,
 ):
     name = "sim"
     shares_files = True  # its nodes are local processes
@@ -99,7 +109,9 @@ class SimProvider(
         self.root = root
         self.settings = settings or SimSettings()
         self._clock = clock
+        self._origin: float | None = None
         self._cloud: SimCloud | None = None
+        self.billing = self.settings.billing
         self.nodes = nodes or LocalProvider(root / "local")
         self._path = root / "sim.json"
         self._lock = threading.Lock()
@@ -116,13 +128,18 @@ class SimProvider(
         """The sim clock, read (or started) on first use, so building the provider only to ask
         for its offers (``gpulease plan``) writes nothing."""
         if self._clock is None:
-            self._clock = _load_clock(self.root / "clock.json", self.settings.time_scale)
+            self._clock, self._origin = _load_clock(
+                self.root / "clock.json", self.settings.time_scale
+            )
         return self._clock
 
     @property
     def cloud(self) -> SimCloud:
+        """The simulated cloud, from its first origin (a restarted server keeps its schedule of
+        price changes and trace); an injected clock starts it at the first use."""
         if self._cloud is None:
-            self._cloud = SimCloud(self.settings, start=self.clock.now())
+            now = self.clock.now()
+            self._cloud = SimCloud(self.settings, start=self._origin or now)
         return self._cloud
 
     def offers(self, catalog: Catalog) -> ProviderOffers:
@@ -185,6 +202,18 @@ class SimProvider(
     @property
     def market_clock(self) -> Clock:
         return self.clock
+
+    def spot_price_changes(
+        self,
+        region: str | None,
+        zone: str | None,
+        instance_type: str | None,
+        quoted: float,
+        *,
+        after: float,
+        until: float,
+    ) -> list[tuple[float, float]]:
+        return [(at, quoted * f) for at, f in self.cloud.spot_price_changes(after, until)]
 
     # ---- simulation ----------------------------------------------------------------------------
 

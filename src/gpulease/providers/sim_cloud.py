@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpulease.billing import BadBillingRule, Billing
 from gpulease.errors import UserInputError
 from gpulease.providers.base import CapacityError
 from gpulease.spot import Trace, load_trace
@@ -33,6 +34,8 @@ class SimSettings:
     ``notice_seconds``: simulated warning before a preemption (AWS gives 120 s).
     ``spot_price_changes``: ``[[hours, factor], ...]`` — from ``hours`` after the simulated cloud
     started, every spot price is its catalog price × ``factor`` (default 1).
+    ``billing``: the billing rule of the cloud it simulates (the cost ledger; default
+    ``second:60``, AWS's).
     """
 
     time_scale: float = 3600.0
@@ -44,6 +47,7 @@ class SimSettings:
     notice_seconds: float = 120.0
     spot_price_changes: tuple[tuple[float, float], ...] = ()
     seed: int = 0
+    billing: str = "second:60"
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, where: str = "sim") -> SimSettings:
@@ -89,6 +93,10 @@ class SimSettings:
             raise UserInputError(f"{where}.capacity_error_rate: must be within 0..1")
         if self.preemptions_per_hour < 0 or self.notice_seconds < 0:
             raise UserInputError(f"{where}: preemptions_per_hour and notice_seconds must be ≥ 0")
+        try:
+            Billing.parse(self.billing)
+        except BadBillingRule as exc:
+            raise UserInputError(f"{where}.billing: {exc}") from None
 
 
 class SimCloud:
@@ -150,6 +158,17 @@ class SimCloud:
             if hours >= since:
                 factor = value
         return factor
+
+    def spot_price_changes(self, after: float, until: float) -> list[tuple[float, float]]:
+        """``(at, factor)`` of each change of the factor in ``(after, until]`` (sim time)."""
+        changes: list[tuple[float, float]] = []
+        factor = self.spot_price_factor(after)
+        for since, value in sorted(self.settings.spot_price_changes):
+            at = self.start + since * 3600.0
+            if after < at <= until and value != factor:
+                changes.append((at, value))
+                factor = value
+        return changes
 
     def notice_at(self, preempted_at: float) -> float:
         return preempted_at - self.settings.notice_seconds

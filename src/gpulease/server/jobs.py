@@ -35,6 +35,9 @@ from gpulease.state import (
     list_jobs,
     session_scope,
 )
+from gpulease.state.ledger import (
+    job_spend,
+)
 from gpulease.wire import CheckpointSync, LogChunk, TaskState
 
 ACTOR = "user"
@@ -229,7 +232,7 @@ def job_view(session: Session, job: Job, *, with_history: bool = False) -> dict[
         "clock": job.clock,
         "task_id": doc.task_id if doc else None,
         "checkpoint_store": doc.checkpoint.store if doc and doc.checkpoint else None,
-        "cost": _cost_report(job, doc),
+        "cost": _cost_report(job, doc, job_spend(session, job.id)),
         "blocked": list(job.blocked),
         "events": list(job.events),
         "attempts": [
@@ -267,17 +270,18 @@ def _where(cluster: Any) -> str | None:
     return "/".join(str(p) for p in parts if p)
 
 
-def _cost_report(job: Job, doc: JobDocument | None) -> dict[str, Any]:
-    """Spend against running the same hours on the cheapest on-demand offer."""
+def _cost_report(job: Job, doc: JobDocument | None, spent: float) -> dict[str, Any]:
+    """Spend (``spent``: the cost ledger's sum for the job) against running the same hours on
+    the cheapest on-demand offer."""
     od_price = doc.on_demand_price if doc else None
     run_h = job.run_s / 3600.0
     od_cost = od_price * run_h if od_price is not None else None
     saving = None
     if od_cost:
-        saving = round(100.0 * (1.0 - job.cost_usd / od_cost), 1)
+        saving = round(100.0 * (1.0 - spent / od_cost), 1)
     policy = doc.policy if doc else None
     return {
-        "spent_usd": round(job.cost_usd, 4),
+        "spent_usd": round(spent, 4),
         "run_hours": round(run_h, 4),
         "on_demand_price_per_hour": od_price,
         "on_demand_equivalent_usd": round(od_cost, 4) if od_cost is not None else None,

@@ -40,6 +40,7 @@ from gpulease.server.budget_loop import BudgetLoop, budget_families
 from gpulease.server.metrics_jobs import JobMetricInputs, job_families
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
 from gpulease.state import session_scope
+from gpulease.state.ledger import accrued_by_labels
 from gpulease.state.machines import ClusterStatus, JobStatus, NodeState
 from gpulease.state.models import Cluster, Job, Node, StatusChange
 
@@ -100,6 +101,7 @@ class ControlPlaneCollector(Collector):
                     *_prices(session),
                     *_counters(session),
                     *job_families(session, self.jobs),
+                    _cost_accrued(session),
                 ]
         except OperationalError as exc:  # the DB busy or gone: the scraper retries
             raise Retryable(f"state DB: {exc.orig}") from None
@@ -224,6 +226,25 @@ def _counters(session: Session) -> list[Metric]:
         ("gpulease_job_restarts", "managed-job restarts after the task's own failures", jobs[1]),
     )  # fmt: skip
     return [CounterMetricFamily(name, doc, value=float(value)) for name, doc, value in rows]
+
+
+def _cost_accrued(session: Session) -> CounterMetricFamily:
+    """``gpulease_cost_accrued_usd_total``: the cost ledger's dollars (every row, open ones to
+    their last accrual), by cluster, job and offer."""
+    family = CounterMetricFamily(
+        "gpulease_cost_accrued_usd",
+        "dollars the cost ledger holds (instances, stopped volumes, checkpoint storage)",
+        labels=["cluster", "job_id", "provider", "region", "instance_type", "spot"],
+    )
+    totals: dict[tuple[str, str, str, str, str, str], float] = {}
+    for (cluster, job_id, provider, region, itype, pricing), usd in accrued_by_labels(session):
+        job = "" if job_id is None else str(job_id)
+        spot = "true" if pricing == "spot" else "false"
+        key = (cluster or "", job, str(provider), region or "", itype or "", spot)
+        totals[key] = totals.get(key, 0.0) + usd
+    for key, usd in sorted(totals.items()):
+        family.add_metric(list(key), usd)
+    return family
 
 
 def _pass_histogram(times: PassTimes) -> HistogramMetricFamily:

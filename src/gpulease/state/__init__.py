@@ -14,9 +14,11 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``intents``     ``submit_intent``: intent committed before the side effect
 - ``jobs``        managed-job rows and their bookkeeping
 - ``tokens``      random tokens stored as sha256 hashes
+- ``ledger``      the cost ledger's writer (the only one): open, advance, close, price splits
 
-See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config` and
-:mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and pydantic.
+See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config`,
+:mod:`gpulease.billing` and :mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and
+pydantic.
 """
 
 from gpulease.state.claims import (

@@ -337,8 +337,13 @@ class LedgerEntry(Base):
     pricing: Mapped[str] = mapped_column(String(16))  # on_demand | spot | reserved
     price_per_hour: Mapped[float]  # in force over the row (storage/volume: for its quantity)
     on_demand_price_per_hour: Mapped[float | None]  # the same offer on demand (spot savings)
+    # instance rows: the plan's price per node, on which a spot market's changes apply
+    quoted_per_hour: Mapped[float | None]
     quantity: Mapped[float | None]  # GB for volume / storage rows
     billing: Mapped[str] = mapped_column(String(32))  # second:60 | minute | hour | ...
+    # when the node's billed run began (its first row's start): rounding and minimums apply
+    # per run, so a row's billed_s is rule(ended_at - run) - rule(started_at - run)
+    run_started_at: Mapped[float]
     started_at: Mapped[float]
     ended_at: Mapped[float]
     closed: Mapped[bool] = mapped_column(Boolean)

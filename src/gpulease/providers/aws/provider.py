@@ -95,6 +95,8 @@ class AwsProvider(
     Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken, SupportsSsh
 ):
     name = "aws"
+    billing = "second:60"  # Linux on-demand and spot: per second, one minute minimum
+    volume_usd_per_gb_month = 0.08  # EBS gp3 (us-east-1 list price) while stopped
     events_every_s = 5.0  # DescribeInstances per region: the 2-minute spot notice leaves room
 
     def __init__(

@@ -1,0 +1,185 @@
+"""The cost ledger's writer: the only code that inserts or updates ``ledger_entries``.
+
+A row is one billed interval at one price (:class:`~gpulease.state.models.LedgerEntry`). This
+module opens a row (:func:`open_entry`, idempotent by ``entry_key``), advances an open row's end
+(:func:`advance`: to a later time only, so a repeated or delayed pass bills each second once),
+closes it (:func:`close`) and starts the next at a price change (:func:`change_price`: the old
+row closes at the change's instant, the new one opens there). ``billed_s`` and ``cost_usd`` are
+recomputed from the row's interval and its ``billing`` rule every time the row moves.
+
+Billing rules (:class:`gpulease.billing.Billing`, the ``billing`` column) apply per *run* (a
+node's continuous billing from ``run_started_at``: one launch, or one start after a stop).
+
+A row's ``billed_s`` is ``R(ended_at - run) - R(started_at - run)`` where ``R`` is the rule on
+the run's elapsed time, so the rows of one run sum to the rule applied to the whole run, however
+price changes split it. ``cost_usd = billed_s × price_per_hour / 3600``.
+
+Moves no statuses; reads nothing but its own table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpulease.billing import BadBillingRule, Billing
+from gpulease.state.models import LedgerEntry
+
+__all__ = ["BadBillingRule", "Billing"]  # re-exported: the rule the rows carry
+
+KINDS = frozenset({"instance", "volume", "storage"})
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFacts:
+    """What a row bills and its dimensions, copied onto the row (no foreign keys)."""
+
+    kind: str
+    subject: str  # the node id (instance / volume) or the job / store (storage): in entry_key
+    user: str
+    provider: str
+    pricing: str
+    price_per_hour: float
+    billing: str
+    node_id: int | None = None
+    instance_id: str | None = None
+    cluster_id: int | None = None
+    cluster_name: str | None = None
+    job_id: int | None = None
+    service: str | None = None
+    task_name: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    accelerator: str | None = None
+    gpu_count: int = 0
+    on_demand_price_per_hour: float | None = None
+    quoted_per_hour: float | None = None
+    quantity: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"ledger kind {self.kind!r}: one of {', '.join(sorted(KINDS))}")
+        Billing.parse(self.billing)
+
+
+def entry_key(kind: str, subject: str, started_at: float) -> str:
+    """The unique key of the row of ``subject`` starting at ``started_at`` (ms precision)."""
+    return f"{kind}:{subject}:{started_at:.3f}"
+
+
+def _recompute(entry: LedgerEntry) -> None:
+    rule = Billing.parse(entry.billing)
+    run = entry.run_started_at
+    entry.billed_s = rule.billed(entry.ended_at - run) - rule.billed(entry.started_at - run)
+    entry.cost_usd = entry.billed_s * entry.price_per_hour / 3600.0
+
+
+def open_entry(
+    session: Session,
+    facts: EntryFacts,
+    *,
+    started_at: float,
+    now: float,
+    run_started_at: float | None = None,
+) -> LedgerEntry:
+    """The row of ``facts`` starting at ``started_at`` — the existing one when its key is
+    already there (a repeated pass inserts nothing). ``run_started_at`` defaults to
+    ``started_at`` (a new run)."""
+    key = entry_key(facts.kind, facts.subject, started_at)
+    found = session.scalar(select(LedgerEntry).where(LedgerEntry.entry_key == key))
+    if found is not None:
+        return found
+    values: dict[str, Any] = {f.name: getattr(facts, f.name) for f in fields(facts)}
+    del values["subject"]
+    entry = LedgerEntry(
+        entry_key=key,
+        run_started_at=started_at if run_started_at is None else run_started_at,
+        started_at=started_at,
+        ended_at=started_at,
+        closed=False,
+        billed_s=0.0,
+        cost_usd=0.0,
+        created_at=now,
+        updated_at=now,
+        **values,
+    )
+    _recompute(entry)
+    session.add(entry)
+    session.flush()
+    return entry
+
+
+def advance(entry: LedgerEntry, to: float, *, now: float) -> bool:
+    """Move an open row's end to ``to``; a no-op (False) for a closed row or a time not later
+    than its end."""
+    if entry.closed or to <= entry.ended_at:
+        return False
+    entry.ended_at = to
+    entry.updated_at = now
+    _recompute(entry)
+    return True
+
+
+def close(entry: LedgerEntry, at: float, *, now: float) -> bool:
+    """Advance the row to ``at`` (never back) and close it; False when it was closed already."""
+    if entry.closed:
+        return False
+    advance(entry, at, now=now)
+    entry.closed = True
+    entry.updated_at = now
+    return True
+
+
+def change_price(
+    session: Session, entry: LedgerEntry, at: float, price_per_hour: float, *, now: float
+) -> LedgerEntry:
+    """Close ``entry`` at ``at`` and open the next row of the same run at the new price (the
+    open row itself when its price is already that); idempotent by the new row's key."""
+    if price_per_hour == entry.price_per_hour and not entry.closed:
+        return entry
+    at = max(at, entry.started_at)
+    close(entry, at, now=now)
+    return open_entry(
+        session,
+        replace_facts(entry, price_per_hour=price_per_hour),
+        started_at=at,
+        now=now,
+        run_started_at=entry.run_started_at,
+    )
+
+
+def replace_facts(entry: LedgerEntry, **changes: Any) -> EntryFacts:
+    """The facts of ``entry`` (its dimensions and price), with ``changes``."""
+    names = [f.name for f in fields(EntryFacts) if f.name != "subject"]
+    values: dict[str, Any] = {name: getattr(entry, name) for name in names}
+    values["subject"] = entry.entry_key.split(":")[1]
+    values.update(changes)
+    return EntryFacts(**values)
+
+
+def open_entries(session: Session) -> list[LedgerEntry]:
+    """Every open row, oldest first."""
+    stmt = select(LedgerEntry).where(LedgerEntry.closed.is_(False)).order_by(LedgerEntry.id)
+    return list(session.scalars(stmt))
+
+
+def job_spend(session: Session, job_id: int) -> float:
+    """Dollars the ledger holds for managed job ``job_id`` (every attempt, every kind)."""
+    stmt = select(func.coalesce(func.sum(LedgerEntry.cost_usd), 0.0)).where(
+        LedgerEntry.job_id == job_id
+    )
+    return float(session.scalar(stmt) or 0.0)
+
+
+LABELS = ("cluster_name", "job_id", "provider", "region", "instance_type", "pricing")
+
+
+def accrued_by_labels(session: Session) -> list[tuple[tuple[Any, ...], float]]:
+    """Σ ``cost_usd`` grouped by the /metrics labels (:data:`LABELS`)."""
+    columns = [getattr(LedgerEntry, name) for name in LABELS]
+    stmt = select(*columns, func.sum(LedgerEntry.cost_usd)).group_by(*columns)
+    return [(tuple(row[:-1]), float(row[-1] or 0.0)) for row in session.execute(stmt)]
