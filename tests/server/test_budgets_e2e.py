@@ -2,10 +2,12 @@
 ``price_per_gpu_hour``): a ``block`` budget refuses a launch by name (the CLI exits 2) and
 ``--over-budget`` launches anyway; a ``stop`` budget stops a running cluster; a managed job of a
 ``stop`` budget's scope checkpoints, stops and fails ``budget``; ``gpulease status`` shows a line
-per budget.
+per budget; a bad entry stops the server at start (exit 2).
 
-The spend is seeded as ledger rows through the real schema into the server's own state DB (the
-ledger's accrual is another branch's); the budgets loop reads it on its next pass (every 5 s)."""
+The first test seeds its spend as ledger rows through the real schema into the server's own state
+DB (exact figures in the messages); the last lets the ledger's real accrual (branch i16-ledger,
+merged) of a $1/s local cluster pass a `stop` budget. The budgets loop reads the ledger on its
+next pass (every 5 s)."""
 
 from __future__ import annotations
 
@@ -110,3 +112,29 @@ def test_a_bad_budget_stops_the_server_at_start_with_exit_2(home: Path) -> None:
     assert out.returncode == 2, out.stderr
     assert "error: budgets[0].limit: Input should be greater than 0" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+BURNING = """\
+providers:
+  local:
+    gpus: 1
+    accelerator: T4
+    price_per_gpu_hour: 3600.0
+budgets:
+  - {name: burn, period: day, limit: 2, warn_at: 0.5, scope: {task: "burner"}, action: stop}
+"""
+
+
+def test_a_stop_budget_stops_a_cluster_on_its_real_accrual(
+    server: ServerProcess, home: Path
+) -> None:
+    """No seeded rows: the ledger's accrual of a $1/s cluster passes the $2 limit in seconds."""
+    (home / "config.yaml").write_text(BURNING)
+    api = server.start().api
+    api.launch(_task("burner"))
+    stopped = server.wait_status("burner", {"stopping", "stopped"}, timeout=60)
+    reason = stopped["reason"]
+    assert reason.startswith("budget burn: $") and reason.endswith(" of $2.00"), reason
+    assert float(reason.split("$")[1].split()[0]) >= 2.0
+    (state,) = api.budgets()
+    assert state["spend"] >= 2.0 and state["action"] == "stop"
