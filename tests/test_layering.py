@@ -46,12 +46,13 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
-    "cost": {"state", "catalog", "spec"},  # reads the ledger; the server and the CLI use it
     "controller": {"providers", "storage", "state", "optimizer", "spot"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
     "serve": {"controller"},
     "metrics": {"state", "catalog"},
+    # reports over the cost ledger (read only); the server and the CLI use it, the controller not
+    "cost": {"state", "catalog", "spec"},
     "bench": {"catalog"},
     "client": {"spec"},
     "cli": {
@@ -81,7 +82,7 @@ ALLOWED: dict[str, set[str]] = {
         "serve",
         "metrics",
         "bench",
-        "cost",
+        "cost",  # GET /v1/cost and the other cost reports
     },
     # the lazy SDK facade: gpulease.plan(...), gpulease.estimate(...)
     "__init__": {"catalog", "estimate", "optimizer", "spec"},
