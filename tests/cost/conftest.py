@@ -1,4 +1,5 @@
-"""Fixtures of the cost tests: ``engine`` (params sqlite / postgresql: a migrated, empty DB)."""
+"""Fixtures of the cost tests: the report runs on SQLite and on a real PostgreSQL server
+(tests/dbfixtures.py), over ledger rows seeded through the real schema (:mod:`tests.cost.seed`)."""
 
 from __future__ import annotations
 
