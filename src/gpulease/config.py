@@ -8,6 +8,9 @@ optional, and every section in it is optional. Sections read so far:
     :mod:`gpulease.catalog.commitments`; docs/cost-tco.md).
 ``data_classes``
     user-defined data-policy classes (see :mod:`gpulease.policy`).
+``budgets``
+    spend caps per calendar period that warn, block launches or stop clusters (see
+    :mod:`gpulease.cost.budgets`, docs/cost-budgets.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Cluster commands, all through the server: ``status`` (with each running cluster's mean GPU
-utilisation, from the relayed telemetry), ``logs``, ``exec``, ``down``, ``stop``, ``start``,
+utilisation, from the relayed telemetry, and a line per budget of the server's config),
+``logs``, ``exec``, ``down``, ``stop``, ``start``,
 ``autostop`` and ``check``."""
 
 from __future__ import annotations
@@ -46,13 +47,16 @@ def status(
         gpus = gpu_utilisation_by_cluster(api) if running else {}
         for c in clusters:  # the running ones' mean GPU utilisation (None: no telemetry)
             c["gpu_utilization_pct"] = gpus.get(c["name"]) if c["status"] == "running" else None
+        budgets = [] if names else api.budgets()
     if as_json:
-        print_json({"clusters": clusters})
+        print_json({"clusters": clusters, **({"budgets": budgets} if budgets else {})})
         return
     if not clusters:
         typer.echo("no clusters")
-        return
-    _table(clusters)
+    else:
+        _table(clusters)
+    for b in budgets:  # one line per budgets: entry: spend / limit, % and action
+        typer.echo(f"budget {b['line']}")
 
 
 def _autostop(auto: dict[str, Any]) -> str:

@@ -37,6 +37,10 @@ def launch(
         bool, typer.Option("--detach", "-d", help="Return once launched; do not follow.")
     ] = False,
     as_json: Json = False,
+    over_budget: Annotated[
+        bool,
+        typer.Option("--over-budget", help="Launch although a block budget refuses it."),
+    ] = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
 ) -> None:
@@ -44,7 +48,7 @@ def launch(
     from its last checkpoint after every preemption."""
     task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
     with client() as api:
-        view = api.job_launch(task, name=name)
+        view = api.job_launch(task, name=name, over_budget=over_budget)
         if not as_json:
             say_new_warnings(view, said)
         if as_json:

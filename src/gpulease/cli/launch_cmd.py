@@ -53,6 +53,10 @@ def launch(
             help="Autostop terminates instead of stopping (default: the task's autostop.down).",
         ),
     ] = None,
+    over_budget: Annotated[
+        bool,
+        typer.Option("--over-budget", help="Launch although a block budget refuses it."),
+    ] = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
 ) -> None:
@@ -60,7 +64,8 @@ def launch(
     task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
     api = client()
     with api:
-        view = api.launch(task, name=name, autostop_minutes=idle_minutes, down=down)
+        view = api.launch(task, name=name, autostop_minutes=idle_minutes, down=down,
+                          over_budget=over_budget)  # fmt: skip
         say_new_warnings(view, said)
         say(_summary(view))
         if detach:

@@ -87,6 +87,7 @@ class Client:
         down: bool | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        over_budget: bool = False,
     ) -> dict[str, Any]:
         """Launch ``task`` (a :class:`~gpulease.spec.Task`, or a mapping in either task format)
         on a new cluster. Relative local paths (``workdir``, ``file_mounts`` sources) are taken
@@ -94,10 +95,14 @@ class Client:
         mapping lists without a value takes it from ``environ`` (e.g. ``os.environ``; default:
         nowhere) or the launch is refused (:class:`~gpulease.errors.SpecError`). The view has
         ``warnings``: the fields read but not honoured. ``autostop_minutes`` and ``down`` (None:
-        the task's) override the task's ``resources.autostop``."""
+        the task's) override the task's ``resources.autostop``. A ``block`` budget of the
+        server's config refuses the launch (:class:`~gpulease.errors.UserInputError` naming it)
+        unless ``over_budget``."""
         prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
+        body: dict[str, Any] = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
                 "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip
+        if over_budget:
+            body["over_budget"] = True
         return _with_warnings(self._http.json("POST", "/v1/clusters", json=body), prepared)
 
     def clusters(self) -> list[dict[str, Any]]:
@@ -150,6 +155,11 @@ class Client:
             "POST", f"/v1/clusters/{name}/exec", json=body, timeout=timeout_s + 30.0
         )
 
+    def budgets(self) -> list[dict[str, Any]]:
+        """The server's ``budgets:`` with their period's spend (``gpulease status``)."""
+        found: list[dict[str, Any]] = self._http.json("GET", "/v1/budgets")["budgets"]
+        return found
+
     # ---- managed jobs -----------------------------------------------------------------------
 
     def job_launch(
@@ -160,11 +170,14 @@ class Client:
         workdir: str | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        over_budget: bool = False,
     ) -> dict[str, Any]:
         """Launch a managed job: it is recovered after preemptions and failures until it ends.
-        ``task``, local paths, ``envs`` and ``environ`` as in :meth:`launch`."""
+        ``task``, local paths, ``envs``, ``environ`` and ``over_budget`` as in :meth:`launch`."""
         prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
+        body: dict[str, Any] = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
+        if over_budget:
+            body["over_budget"] = True
         return _with_warnings(self._http.json("POST", "/v1/jobs", json=body), prepared)
 
     def jobs(self, *, all_jobs: bool = True) -> list[dict[str, Any]]:

@@ -69,12 +69,14 @@ from gpulease.state import (
     NodeState,
     add_event,
     check_held,
+    claim,
     create_cluster,
     current_target,
     get_job,
     history,
     job_clusters,
     list_nodes,
+    release,
     session_scope,
     set_status,
 )
@@ -206,6 +208,28 @@ class JobReconciler:
     def step(self, job_id: int) -> bool:
         """Claim the job, take one step, release it (the skeleton's step)."""
         return self.skeleton.step(job_id)
+
+    def stop_for_budget(self, job_id: int, detail: str) -> bool:
+        """Ask a RUNNING job's task to checkpoint and stop because an install budget
+        (``budgets:``) ran out — the budget loop's call, carried out under the job's own claim
+        like a step; the job then ends FAILED (``budget``) as with its own ``budget_usd``.
+        False when the job is claimed elsewhere, not running, or already stopping."""
+        now = self.clock.now()
+        until = now + self.skeleton.settings.claim_ttl_s
+        with session_scope(self.engine) as session:
+            held = claim(session, job_id, self.worker, until=until, now=now, model=Job)
+        if held is None:
+            return False
+        try:
+            snap = self.snapshot(job_id)
+            if snap is None or snap.job.status is not JobStatus.RUNNING or snap.job.pending_stop:
+                return False
+            self._held = held
+            return self._request_stop(snap, RequestStop("budget", detail))
+        finally:
+            self._held = None
+            with session_scope(self.engine) as session:
+                release(session, held, now=self.clock.now())
 
     # ---- EntityLoop -------------------------------------------------------------------------
 

@@ -236,12 +236,21 @@ def _attempt_ended(snap: JobSnapshot, attempt: AttemptView) -> list[JobAction]:
     stop = job.pending_stop
     if stop == "budget":
         spent = f"${job.cost_usd:.2f}"
-        budget = job.doc.policy.budget_usd or 0.0
-        msg = f"budget: spent {spent} of ${budget:.2f}; stopped with a checkpoint"
+        budget = job.doc.policy.budget_usd
+        if budget is None:  # an install budget (``budgets:``) stopped it: its words
+            msg = f"{_stop_detail(job, 'stop:budget')}; stopped with a checkpoint"
+        else:
+            msg = f"budget: spent {spent} of ${budget:.2f}; stopped with a checkpoint"
         return [*_end(snap, "budget"), SetJob(_J.FAILED, msg, "budget")]
     if stop in ("migrate", "price"):
         return [*_end(snap, stop), Recover(stop, f"{stop}: {why}", block=stop == "price")]
     return _failed(snap, attempt, why)
+
+
+def _stop_detail(job: JobView, kind: str) -> str:
+    """The detail of the job's last ``kind`` event (why we asked the task to stop)."""
+    details = [str(e.get("detail", "")) for e in job.events if e.get("kind") == kind]
+    return details[-1] if details else "budget"
 
 
 def _failed(snap: JobSnapshot, attempt: AttemptView, why: str) -> list[JobAction]:

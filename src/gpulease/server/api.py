@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from gpulease import __version__
 from gpulease.errors import GpuleaseError, Retryable, UserInputError
+from gpulease.server.budget_loop import BudgetLoop
 from gpulease.server.cost_routes import CostReports, cost_routes
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
@@ -46,12 +47,14 @@ class LaunchBody(_Body):
     workdir: str | None = None
     autostop_minutes: int | None = Field(default=None, ge=0)
     down: bool | None = None  # None: the task's resources.autostop.down
+    over_budget: bool = False  # launch although a block budget refuses it
 
 
 class JobLaunchBody(_Body):
     task: dict[str, Any]
     name: str | None = None
     workdir: str | None = None
+    over_budget: bool = False  # launch although a block budget refuses it
 
 
 class AutostopBody(_Body):
@@ -92,6 +95,7 @@ def create_app(
     logins: Logins | None = None,
     cost: CostReports | None = None,
     sla: Callable[[str | None], dict[str, Any]] | None = None,
+    budgets: BudgetLoop | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
     session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
@@ -127,6 +131,7 @@ def create_app(
         cost_routes(router, cost)  # GET /v1/cost
     if sla is not None:
         _sla_route(router, sla)
+    _budget_routes(router, budgets)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
@@ -178,7 +183,8 @@ def _cluster_routes(router: APIRouter, service: ClusterService) -> None:
     @router.post("/clusters", status_code=201)
     def launch(body: LaunchBody) -> dict[str, Any]:
         return service.launch(body.task, name=body.name, workdir=body.workdir,
-                              autostop_minutes=body.autostop_minutes, down=body.down)  # fmt: skip
+                              autostop_minutes=body.autostop_minutes, down=body.down,
+                              over_budget=body.over_budget)  # fmt: skip
 
     @router.get("/clusters")
     def clusters() -> dict[str, Any]:
@@ -233,7 +239,9 @@ def _agent_routes(router: APIRouter, service: ClusterService) -> None:
 def _job_routes(router: APIRouter, jobs: JobService) -> None:
     @router.post("/jobs", status_code=201)
     def launch_job(body: JobLaunchBody) -> dict[str, Any]:
-        return jobs.launch(body.task, name=body.name, workdir=body.workdir)
+        return jobs.launch(
+            body.task, name=body.name, workdir=body.workdir, over_budget=body.over_budget
+        )
 
     @router.get("/jobs")
     def list_jobs(all: bool = True) -> dict[str, Any]:
@@ -260,6 +268,13 @@ def _job_routes(router: APIRouter, jobs: JobService) -> None:
             "X-Gpulease-Job-Attempt": str(view["attempt"]),
         }
         return Response(chunk.data, media_type="application/octet-stream", headers=headers)
+
+
+def _budget_routes(router: APIRouter, budgets: BudgetLoop | None) -> None:
+    @router.get("/budgets")
+    def list_budgets() -> dict[str, Any]:
+        """Each ``budgets:`` entry with its period's spend (``gpulease status``)."""
+        return {"budgets": [] if budgets is None else [s.view() for s in budgets.states()]}
 
 
 def _telemetry_routes(router: APIRouter, telemetry: TelemetryReader) -> None:

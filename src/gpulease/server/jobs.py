@@ -65,12 +65,19 @@ class JobService:
     # ---- launch -----------------------------------------------------------------------------
 
     def launch(
-        self, task_data: Mapping[str, Any], *, name: str | None = None, workdir: str | None = None
+        self,
+        task_data: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        workdir: str | None = None,
+        over_budget: bool = False,
     ) -> dict[str, Any]:
         taken = take_task(task_data, workdir=workdir)
         task = taken.task
         name = check_name(name or task.name or "job")
         spot, on_demand = self._targets(task)
+        # a job has no single plan estimate: a block budget refuses it only at its limit
+        self.clusters.check_budgets(task.name, (*spot, *on_demand), None, over_budget)
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, (*spot, *on_demand))
         with session_scope(self.engine) as session:
             clock_name = self.loop.clock_name(frozenset(t.provider for t in (*spot, *on_demand)))

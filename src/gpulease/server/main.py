@@ -39,6 +39,7 @@ from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.audit import AuditService
+from gpulease.server.budget_loop import budget_loop
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.cost_routes import CostReports
 from gpulease.server.jobs import JobService
@@ -148,14 +149,17 @@ def _assemble(home: Path) -> _Parts:
     syncs = CheckpointSyncs()
     agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs)
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
+    budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
-                      jobs=job_loop)  # fmt: skip
+                      jobs=job_loop, budgets=budgets)  # fmt: skip
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
+    service.budgets = budgets
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI())
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
-    collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs)
+    collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs,
+                                      budgets=budgets)  # fmt: skip
     telemetry = telemetry_settings(cfg)
     latest, relayed = LatestSamples(), RelayedMetrics(telemetry.interval_s)
     metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg),
@@ -180,6 +184,7 @@ def _assemble(home: Path) -> _Parts:
         logins=Logins(clock),
         cost=CostReports(engine, clock),
         sla=lambda month: sla_view(engine, cfg, clock, month),
+        budgets=budgets,
     )
     return parts
 

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from gpulease import __version__
 from gpulease.errors import Retryable, UserInputError
+from gpulease.server.budget_loop import BudgetLoop, budget_families
 from gpulease.server.metrics_jobs import JobMetricInputs, job_families
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
 from gpulease.state import session_scope
@@ -84,8 +85,10 @@ class ControlPlaneCollector(Collector):
         pass_times: PassTimes | None = None,
         started_at: float | None = None,
         jobs: JobMetricInputs | None = None,
+        budgets: BudgetLoop | None = None,
     ) -> None:
         self.engine = engine
+        self.budgets = budgets  # gpulease_budget_*{budget}
         self.pass_times = pass_times
         self.jobs = jobs or JobMetricInputs()
         self.started_at = time.time() if started_at is None else started_at
@@ -103,6 +106,8 @@ class ControlPlaneCollector(Collector):
         except OperationalError as exc:  # the DB busy or gone: the scraper retries
             raise Retryable(f"state DB: {exc.orig}") from None
         yield from families
+        if self.budgets is not None:
+            yield from budget_families(self.budgets.states())
         yield from self._server()
 
     def _server(self) -> Iterator[Metric]:

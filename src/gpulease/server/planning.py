@@ -39,6 +39,14 @@ def launch_targets(
     task: Task, catalog: Catalog, launchable: frozenset[str], *, top: int = 10
 ) -> list[LaunchTarget]:
     """The launchable plans for ``task``, best first (fewest GPUs first among equal prices)."""
+    return launch_targets_and_estimate(task, catalog, launchable, top=top)[0]
+
+
+def launch_targets_and_estimate(
+    task: Task, catalog: Catalog, launchable: frozenset[str], *, top: int = 10
+) -> tuple[list[LaunchTarget], float | None]:
+    """:func:`launch_targets`, and the first plan's expected cost in dollars (None: the task
+    gives no estimate — a budget then refuses it only at its limit)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = plan_all(task, catalog=catalog, top=top, launchable=launchable)
@@ -48,7 +56,9 @@ def launch_targets(
         raise NoLaunchablePlan(
             f"no plan can be launched from this install ({', '.join(sorted(launchable))}): {why}"
         )
-    return [target_of(p) for p in _fewest_gpus_among_ties(plans)]
+    ranked = _fewest_gpus_among_ties(plans)
+    estimate = ranked[0].est_cost.expected if ranked[0].est_cost else None
+    return [target_of(p) for p in ranked], estimate
 
 
 def _fewest_gpus_among_ties(plans: list[Plan]) -> list[Plan]:

@@ -1,12 +1,14 @@
 """The server's background work: one thread that runs the cluster reconcile pass (then the
 managed-jobs pass, which also relays provider events) about every
 ``interval_s`` (at once again after a pass that changed something, or when the API wakes it), and
-the orphan sweep every ``sweep_every_s``. On start it releases the claims a dead predecessor
+the orphan sweep every ``sweep_every_s``, and the budgets loop (``server.budget_loop``) every
+``budget_every_s``. On start it releases the claims a dead predecessor
 left and sweeps once; so a restarted server resumes every cluster from the DB. Moves states only
 through the reconciler.
 
-Each pass is timed into :class:`PassTimes` (per loop, ``clusters`` and ``jobs``: count, sum and
-histogram buckets), which ``GET /metrics`` reads as ``gpulease_reconcile_pass_seconds``.
+Each pass is timed into :class:`PassTimes` (per loop, ``clusters``, ``jobs`` and ``budgets``:
+count, sum and histogram buckets), which ``GET /metrics`` reads as
+``gpulease_reconcile_pass_seconds``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.server.budget_loop import BudgetLoop
 
 log = logging.getLogger("gpulease.server")
 
@@ -69,9 +72,13 @@ class LoopThread:
         sweep_every_s: float = 30.0,
         busy_gap_s: float = 0.02,
         jobs: JobReconciler | None = None,
+        budgets: BudgetLoop | None = None,
+        budget_every_s: float = 5.0,
     ) -> None:
         self.reconciler = reconciler
         self.jobs = jobs
+        self.budgets = budgets  # ``budgets:`` of the config, stepped every budget_every_s
+        self.budget_every_s = budget_every_s
         self.interval_s = interval_s
         self.sweep_every_s = sweep_every_s
         self.busy_gap_s = busy_gap_s
@@ -97,11 +104,14 @@ class LoopThread:
             self._thread.join(timeout)
 
     def _main(self) -> None:
-        next_sweep = 0.0
+        next_sweep = next_budgets = 0.0
         while not self._stop.is_set():
             if time.monotonic() >= next_sweep:
                 self._guarded(self.reconciler.sweep)
                 next_sweep = time.monotonic() + self.sweep_every_s
+            if self.budgets is not None and time.monotonic() >= next_budgets:
+                self._timed("budgets", self.budgets.run_pass)
+                next_budgets = time.monotonic() + self.budget_every_s
             progress = self._timed("clusters", self.reconciler.run_pass)
             if self.jobs is not None:
                 progress |= self._timed("jobs", self.jobs.run_pass)

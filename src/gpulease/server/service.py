@@ -28,7 +28,8 @@ from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
 from gpulease.providers.base import Provider, SupportsSsh, SupportsStopStart
 from gpulease.providers.honoured import ignored_field_warnings
 from gpulease.providers.registry import runtime_catalog
-from gpulease.server.planning import launch_targets
+from gpulease.server.budget_loop import BudgetLoop
+from gpulease.server.planning import launch_targets_and_estimate
 from gpulease.server.tasks import take_task
 from gpulease.server.uploads import check_sources
 from gpulease.server.views import cluster_view
@@ -113,6 +114,7 @@ class ClusterService:
         self.wake = wake
         self._catalog_lock = threading.Lock()
         self._catalog: Any = None
+        self.budgets: BudgetLoop | None = None  # ``budgets:`` (block refuses launches)
 
     # ---- launch and read --------------------------------------------------------------------
 
@@ -124,12 +126,17 @@ class ClusterService:
         workdir: str | None = None,
         autostop_minutes: int | None = None,
         down: bool | None = None,
+        over_budget: bool = False,
     ) -> dict[str, Any]:
         """Plan and write a new cluster. ``autostop_minutes`` / ``down`` (``launch -i N
-        --down``) override the task's ``resources.autostop``; its load rule is kept."""
+        --down``) override the task's ``resources.autostop``; its load rule is kept. A
+        ``block`` budget may refuse it (:class:`~gpulease.server.budget_loop.OverBudget`)
+        unless ``over_budget``."""
         taken = take_task(task_data, workdir=workdir)
         name = check_name(name or taken.task.name)
-        targets = launch_targets(taken.task, self.catalog(), frozenset(self.providers))
+        targets, estimate = launch_targets_and_estimate(taken.task, self.catalog(),
+                                                        frozenset(self.providers))  # fmt: skip
+        self.check_budgets(taken.task.name, targets, estimate, over_budget)
         self.check_files(taken.run.workdir, taken.run.file_mounts, targets)
         doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
         auto = taken.task.resources.autostop
@@ -148,6 +155,14 @@ class ClusterService:
         self.wake()
         ignored = ignored_field_warnings(taken.task.resources, (t.provider for t in targets))
         return {**view, "warnings": [*taken.warnings, *ignored]}
+
+    def check_budgets(self, task_name: str | None, targets: Iterable[LaunchTarget],
+                      estimate: float | None, over_budget: bool) -> None:  # fmt: skip
+        """Raise :class:`~gpulease.server.budget_loop.OverBudget` when a ``block`` budget
+        refuses a launch to ``targets``."""
+        if self.budgets is not None:
+            self.budgets.check_launch(task_name=task_name, providers={t.provider for t in targets},
+                                      estimate=estimate, over_budget=over_budget)  # fmt: skip
 
     def check_files(
         self, workdir: str | None, file_mounts: Mapping[str, str], targets: Iterable[LaunchTarget]
