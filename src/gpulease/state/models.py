@@ -2,10 +2,10 @@
 
 Owns the schema (the alembic migrations in ``migrations/versions`` must match it; a test checks):
 :class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`Job` (managed jobs),
-:class:`StatusChange` (history), :class:`TelemetryPoint` (the nodes' downsampled
-telemetry), :class:`LedgerEntry` (the cost ledger), :class:`ProviderOutage` (provider API
-outages) and :class:`ServerIdentity`. It moves no states: every status column is written by
-:func:`gpulease.state.status.set_status` only.
+:class:`StatusChange` (history) and :class:`ServerIdentity`, plus the record tables of
+:mod:`gpulease.state.records` (telemetry, the cost ledger, provider outages), re-exported here. It
+moves no states: every status column is written by :func:`gpulease.state.status.set_status`
+only.
 
 Conventions: ids are never reused (AUTOINCREMENT on SQLite, sequences on PostgreSQL), so
 history rows keyed by entity id stay unambiguous after a row is deleted; timestamps are UTC seconds
@@ -268,128 +268,6 @@ class StatusChange(Base):
     reason: Mapped[str] = mapped_column(Text)
 
 
-class TelemetryPoint(Base):
-    """One node's telemetry over one time bucket, downsampled by the server's relay: ``data`` is
-    the mean of the agent's samples in ``[at, at + resolution_s)`` (GPUs, host, peers' round
-    trips, the training job's figures; the shape of ``gpulease.agent.telemetry.Sample``'s JSON),
-    ``samples`` how many were folded in. Keyed by the cluster's id (never reused) with its name and
-    job copied, and no foreign key, so the history outlives the cluster row until retention
-    deletes it."""
-
-    __tablename__ = "telemetry_points"
-    __table_args__ = (
-        UniqueConstraint("cluster_id", "node_rank", "resolution_s", "at"),
-        Index(None, "cluster_id", "resolution_s", "at"),
-        Index(None, "job_id", "resolution_s", "at"),
-        Index(None, "resolution_s", "at"),
-        {"sqlite_autoincrement": True},
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    cluster_id: Mapped[int] = mapped_column(Integer)
-    cluster_name: Mapped[str] = mapped_column(String(255))
-    job_id: Mapped[int | None] = mapped_column(Integer)
-    node_rank: Mapped[int] = mapped_column(Integer)
-    resolution_s: Mapped[int] = mapped_column(Integer)
-    at: Mapped[float]  # the bucket's start, a multiple of resolution_s
-    samples: Mapped[int] = mapped_column(Integer)
-    data: Mapped[dict[str, Any]]
-
-
-class LedgerEntry(Base):
-    """One billed interval: a node (``kind`` ``instance``) at one price, a stopped node's volumes
-    (``volume``) or a checkpoint store's bytes (``storage``), from ``started_at`` to ``ended_at``.
-    The open row (``closed`` false) has its end advanced by the controller's accrual from
-    timestamps, so a pass repeated or delayed bills each second once; it closes when the price
-    changes (a new row starts at that instant) or the node's termination is confirmed.
-    ``billed_s`` is the interval after the provider's ``billing`` rule (e.g. ``second:60``: per
-    second, 60 s minimum per instance run; ``minute``; ``hour``), ``cost_usd`` its price.
-    ``entry_key`` (unique: e.g. ``instance:<node id>:<started_at>``) makes the inserts
-    idempotent. The dimensions are copied, and there is no foreign key, so the ledger outlives
-    clusters, nodes and jobs."""
-
-    __tablename__ = "ledger_entries"
-    __table_args__ = (
-        Index(None, "started_at"),
-        Index(None, "ended_at"),
-        Index(None, "cluster_id"),
-        Index(None, "job_id"),
-        Index(None, "closed"),
-        # the cost reports' narrow indexes (gpulease.cost): a period's rows, a run's spend
-        Index("ix_ledger_entries_period", "ended_at", "started_at", "cost_usd"),
-        Index("ix_ledger_entries_job_cost", "job_id", "started_at", "ended_at", "cost_usd"),
-        Index(
-            "ix_ledger_entries_cluster_cost",
-            "cluster_id",
-            "job_id",
-            "kind",
-            "started_at",
-            "ended_at",
-            "cost_usd",
-        ),
-        {"sqlite_autoincrement": True},
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    entry_key: Mapped[str] = mapped_column(String(255), unique=True)
-    kind: Mapped[str] = mapped_column(String(16))  # instance | volume | storage
-    node_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the accrual's join
-    instance_id: Mapped[str | None] = mapped_column(String(128))
-    cluster_id: Mapped[int | None] = mapped_column(Integer)
-    cluster_name: Mapped[str | None] = mapped_column(String(255))
-    job_id: Mapped[int | None] = mapped_column(Integer)
-    service: Mapped[str | None] = mapped_column(String(255))
-    task_name: Mapped[str | None] = mapped_column(String(255))
-    user: Mapped[str] = mapped_column(String(64))
-    provider: Mapped[str] = mapped_column(String(64))
-    region: Mapped[str | None] = mapped_column(String(64))
-    zone: Mapped[str | None] = mapped_column(String(64))
-    instance_type: Mapped[str | None] = mapped_column(String(128))
-    accelerator: Mapped[str | None] = mapped_column(String(64))
-    gpu_count: Mapped[int] = mapped_column(Integer)
-    pricing: Mapped[str] = mapped_column(String(16))  # on_demand | spot | reserved
-    price_per_hour: Mapped[float]  # in force over the row (storage/volume: for its quantity)
-    on_demand_price_per_hour: Mapped[float | None]  # the same offer on demand (spot savings)
-    # instance rows: the plan's price per node, on which a spot market's changes apply
-    quoted_per_hour: Mapped[float | None]
-    quantity: Mapped[float | None]  # GB for volume / storage rows
-    billing: Mapped[str] = mapped_column(String(32))  # second:60 | minute | hour | ...
-    # when the node's billed run began (its first row's start): rounding and minimums apply
-    # per run, so a row's billed_s is rule(ended_at - run) - rule(started_at - run)
-    run_started_at: Mapped[float]
-    started_at: Mapped[float]
-    ended_at: Mapped[float]
-    closed: Mapped[bool] = mapped_column(Boolean)
-    billed_s: Mapped[float]
-    cost_usd: Mapped[float]
-    created_at: Mapped[float]
-    updated_at: Mapped[float]
-
-
-class ProviderOutage(Base):
-    """One stretch of a provider's API not answering (migration 0008, for ``gpulease sla``):
-    opened by the server at the first :class:`~gpulease.providers.base.ProviderUnavailable` a
-    provider call raises, advanced (``last_seen_at``, ``errors``) while calls keep failing, and
-    closed (``ended_at``) by the first call that answers. A row a dead server left open ends at
-    its ``last_seen_at``. ``region`` NULL means every region of the provider."""
-
-    __tablename__ = "provider_outages"
-    __table_args__ = (
-        Index(None, "provider", "started_at"),
-        {"sqlite_autoincrement": True},
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    provider: Mapped[str] = mapped_column(String(64))
-    region: Mapped[str | None] = mapped_column(String(64))
-    operation: Mapped[str] = mapped_column(String(32))  # the first call that failed
-    started_at: Mapped[float]
-    last_seen_at: Mapped[float]
-    ended_at: Mapped[float | None]
-    errors: Mapped[int] = mapped_column(Integer)
-    last_error: Mapped[str] = mapped_column(Text)
-
-
 class ServerIdentity(Base):
     """The single row holding this server's owner id (the ``gpulease-owner`` tag)."""
 
@@ -398,3 +276,23 @@ class ServerIdentity(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1
     owner_id: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float]
+
+
+# the record tables (append-mostly history: telemetry, the cost ledger, provider outages) live in
+# their own module; importing them here registers them on Base.metadata with the rest
+from gpulease.state.records import LedgerEntry, ProviderOutage, TelemetryPoint  # noqa: E402
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "Base",
+    "Cluster",
+    "Job",
+    "LaunchIntent",
+    "LedgerEntry",
+    "Node",
+    "ProviderOutage",
+    "ServerIdentity",
+    "StatusChange",
+    "StatusType",
+    "TelemetryPoint",
+]
