@@ -16,7 +16,8 @@ TERMINATED, and every open ledger row, is brought up to *now* from timestamps:
   changes — a provider with :class:`~gpulease.providers.base.SupportsPriceHistory` (the sim)
   gives each change's instant, and the row closes there and the next opens at the new price;
   one with only :class:`~gpulease.providers.base.SupportsSpotMarket` prices the row at opening;
-  others (AWS, Slurm, local) bill the quoted price.
+  one with only ``SupportsPriceHistory`` (AWS) opens the row at the last change it knows (the
+  price in force), else the quote; others (Slurm, local) bill the quoted price.
 
 Times are each provider's market clock where it has one (the sim's scaled clock, as the managed
 jobs' spend), else the server's. Moves no statuses; writes only ledger rows.
@@ -218,7 +219,7 @@ class Accrual:
             return moved
         if row is None:
             start = self._running.pop(node.id, now) if want == "instance" else now
-            facts = self._facts(session, provider, node, cluster, want)
+            facts = self._facts(session, provider, node, cluster, want, now=now)
             open_entry(session, facts, started_at=min(start, now), now=now)
             return moved + 1
         return moved + self._advance(session, provider, row, now)
@@ -272,8 +273,9 @@ class Accrual:
             return []
 
     def _facts(
-        self, session: Session, provider: Provider, node: Node, cluster: Cluster, kind: str
-    ) -> EntryFacts:
+        self, session: Session, provider: Provider, node: Node, cluster: Cluster, kind: str,
+        *, now: float,
+    ) -> EntryFacts:  # fmt: skip
         quoted = (cluster.price_per_hour or 0.0) / max(1, cluster.num_nodes)
         price, quantity = quoted, None
         if kind == "volume":
@@ -281,6 +283,11 @@ class Accrual:
             price = (quantity or 0.0) * (provider.volume_usd_per_gb_month or 0.0) / HOURS_PER_MONTH
         elif cluster.pricing == "spot" and isinstance(provider, SupportsSpotMarket):
             price = self._spot_price(provider, cluster, quoted)
+        elif cluster.pricing == "spot" and isinstance(provider, SupportsPriceHistory):
+            known = self._changes(provider, region=cluster.region, zone=cluster.zone,
+                                  instance_type=cluster.instance_type, quoted=quoted,
+                                  after=0.0, until=now)  # fmt: skip
+            price = known[-1][1] if known else quoted  # the last change known: in force now
         spec = (cluster.task or {}).get("spec") or {}
         return EntryFacts(
             kind=kind,

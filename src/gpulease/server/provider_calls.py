@@ -35,6 +35,7 @@ OPERATIONS = (
     "spot_available",
     "spot_price",
     "offers",
+    "spot_price_history",  # aws: the one API call behind spot_price_changes (throttled)
 )
 MAX_CODES = 20
 OTHER_CODE = "other"

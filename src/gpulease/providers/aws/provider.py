@@ -14,6 +14,10 @@
   through the SSH tunnel (:mod:`.tunnel`).
 - ``terminate``: TerminateInstances per region for the ids that exist; never confirms.
 - ``list_instances``: DescribeInstances with tag filters in every region used or configured.
+- ``spot_price_changes`` (:class:`SupportsPriceHistory`, for the cost ledger): EC2 spot price
+  history of the row's region, zone and type, read at most every 5 minutes per key
+  (:mod:`.spot_history`) through :meth:`AwsProvider.spot_price_history`, the one API call (the
+  server counts it as the ``spot_price_history`` operation); a zone-less cluster bills its quote.
 - ``poll_events``: derived by polling (:mod:`.events`); placement groups no live instance uses
   are deleted; after ``terminate``, the owner's key pair and group in that region are deleted
   once no instance of the owner is left there.
@@ -23,6 +27,7 @@ Moves no states of its own: EC2 holds them; this maps them (:mod:`.mapping`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -35,11 +40,13 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from gpulease.clock import Clock, SystemClock
 from gpulease.errors import GpuleaseError, UserInputError
 from gpulease.providers.aws.access import Access, delete_access, ensure_access, key_path
 from gpulease.providers.aws.ami import AmiResolver, family
 from gpulease.providers.aws.bootstrap import Bootstraps
 from gpulease.providers.aws.clients import Ec2Clients, RegionSet
+from gpulease.providers.aws.errors import call
 from gpulease.providers.aws.events import EventTracker
 from gpulease.providers.aws.mapping import ec2_state, read_address_map, tags_of, to_instance
 from gpulease.providers.aws.placement import (
@@ -50,6 +57,7 @@ from gpulease.providers.aws.placement import (
     wants_group,
 )
 from gpulease.providers.aws.settings import AwsSettings, ami_in, request_ami
+from gpulease.providers.aws.spot_history import PRODUCT, Key, SpotHistory, changes_in
 from gpulease.providers.aws.tunnel import Tunnels
 from gpulease.providers.aws.userdata import request_token, token_key, user_data
 from gpulease.providers.aws.volumes import root_volume
@@ -65,6 +73,7 @@ from gpulease.providers.base import (
     ProviderEvent,
     SupportsMultiNode,
     SupportsNodeToken,
+    SupportsPriceHistory,
     SupportsSpot,
     SupportsSsh,
     SupportsStopStart,
@@ -92,8 +101,9 @@ def _client_token(request_id: str) -> str:
 
 
 class AwsProvider(
-    Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken, SupportsSsh
-):
+    Provider, SupportsSpot, SupportsMultiNode, SupportsStopStart, SupportsNodeToken, SupportsSsh,
+    SupportsPriceHistory,
+):  # fmt: skip
     name = "aws"
     billing = "second:60"  # Linux on-demand and spot: per second, one minute minimum
     volume_usd_per_gb_month = 0.08  # EBS gp3 (us-east-1 list price) while stopped
@@ -102,6 +112,7 @@ class AwsProvider(
     def __init__(
         self, root: Path, settings: AwsSettings | None = None, *, retry_base: float = 0.5,
         attempts: int = 5, wheel_dir: Path | None = None, bootstrap_base_s: float = 0.5,
+        clock: Clock | None = None,
     ) -> None:  # fmt: skip
         self.root = root
         self.settings = settings or AwsSettings()
@@ -122,6 +133,9 @@ class AwsProvider(
         self._requests: dict[str, str] = {}  # instance id -> request id (for node tokens)
         self._cleanup: set[tuple[str, str]] = set()  # (region, owner) to clean once unused
         self._lock = threading.Lock()
+        self.clock: Clock = clock or SystemClock()  # the spot history's fetch and learned times
+        self._zone_names: dict[tuple[str, str], str] = {}
+        self.spot_history = SpotHistory(lambda key, since: self.spot_price_history(*key, since))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], root: Path) -> AwsProvider:
@@ -367,6 +381,45 @@ class AwsProvider(
             if target is not None and ec2_state(found[0]) == "running":
                 return target
         raise ProviderError(f"{instance_id} is not a running gpulease instance with an address")
+
+    def spot_price_changes(
+        self, region: str | None, zone: str | None, instance_type: str | None, quoted: float,
+        *, after: float, until: float,
+    ) -> list[tuple[float, float]]:  # fmt: skip
+        """Changes of the EC2 spot price of ``instance_type`` in ``zone`` in ``(after, until]``
+        (:func:`.spot_history.changes_in`); none without a zone or a type."""
+        if not (zone and instance_type):
+            return []
+        region = region or self.default_region
+        name = self._zone_names.get((region, zone))
+        if name is None:  # a zone id (use1-az1) is looked up once
+            name = self._zone_names[(region, zone)] = self._zone_name(region, zone)
+        key: Key = (region, name, instance_type)
+        points = self.spot_history.points(key, self.clock.now())
+        return changes_in(points, after=after, until=until)
+
+    def spot_price_history(
+        self, region: str, zone: str, instance_type: str, since: float
+    ) -> list[dict[str, Any]]:
+        """One DescribeSpotPriceHistory (all pages) of Linux/UNIX ``instance_type`` in zone
+        ``zone`` from ``since`` (epoch seconds)."""
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            extra: dict[str, Any] = {"NextToken": token} if token else {}
+            params: dict[str, Any] = {
+                "InstanceTypes": [instance_type], "ProductDescriptions": [PRODUCT],
+                "Filters": [{"Name": "availability-zone", "Values": [zone]}],
+                "StartTime": since, **extra,
+            }  # fmt: skip
+            method = self.ec2.client(region).describe_spot_price_history
+            # one try: the history's own backoff (across passes) retries, never a sleep in a pass
+            page = call(functools.partial(method, **params), action="describe_spot_price_history",
+                        region=region, zone=zone, attempts=1)  # fmt: skip
+            found += page.get("SpotPriceHistory", [])
+            token = page.get("NextToken")
+            if not token:
+                return found
 
     def close(self) -> None:
         self.bootstraps.close()
