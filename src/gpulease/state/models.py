@@ -366,6 +366,38 @@ class LedgerEntry(Base):
     updated_at: Mapped[float]
 
 
+class LedgerDay(Base):
+    """The cost ledger's daily rollup (migration 0009): per UTC ``day`` (``floor(t / 86400)``),
+    per report dimension ``dim`` (``all``, ``cluster``, ``job``, ``task``, ``provider``,
+    ``region``, ``gpu``, ``pricing``, ``user``) and its ``key`` (the report's group key), the
+    sums of the *closed* ledger rows' shares of that day (pro-rated by wall time, as the report
+    does): dollars, billed and GPU seconds, spot figures, the cost of each kind; ``entries``
+    (rows overlapping the day) and ``starts`` (rows starting in it). Written only by
+    :mod:`gpulease.state.ledger`, in the transaction that closes each row (a closed row never
+    changes again); open rows and a period's partial first and last days are read from the rows."""
+
+    __tablename__ = "ledger_days"
+    __table_args__ = (
+        UniqueConstraint("dim", "day", "key"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dim: Mapped[str] = mapped_column(String(16))
+    day: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(600))
+    cost_usd: Mapped[float]
+    billed_s: Mapped[float]
+    gpu_s: Mapped[float]
+    spot_savings_usd: Mapped[float]
+    spot_cost_usd: Mapped[float]
+    cost_instance: Mapped[float]
+    cost_volume: Mapped[float]
+    cost_storage: Mapped[float]
+    entries: Mapped[int] = mapped_column(Integer)
+    starts: Mapped[int] = mapped_column(Integer)
+
+
 class ProviderOutage(Base):
     """One stretch of a provider's API not answering (migration 0008, for ``gpulease sla``):
     opened by the server at the first :class:`~gpulease.providers.base.ProviderUnavailable` a
