@@ -315,6 +315,9 @@ class LedgerEntry(Base):
         Index(None, "cluster_id"),
         Index(None, "job_id"),
         Index(None, "closed"),
+        # the accrual's join of nodes with their open row (migration 0009): without it SQLite
+        # reads every open row per node through ix_ledger_entries_closed
+        Index("ix_ledger_entries_node_open", "node_id", "closed"),
         # the cost reports' narrow indexes (gpulease.cost): a period's rows, a run's spend
         Index("ix_ledger_entries_period", "ended_at", "started_at", "cost_usd"),
         Index("ix_ledger_entries_job_cost", "job_id", "started_at", "ended_at", "cost_usd"),

@@ -1,6 +1,8 @@
 """The cost ledger's daily rollup for ``gpulease cost``: ``ledger_days``, per (UTC day, report
 dimension, group key) the sums of the closed ledger rows' shares of that day, filled here from
-the rows already closed (the same SQL the ledger's writer runs as it closes each row).
+the rows already closed (the same SQL the ledger's writer runs as it closes each row); and the
+index ``ix_ledger_entries_node_open (node_id, closed)`` for the accrual's join of nodes with
+their open rows.
 
 Revision ID: 0009
 Revises: 0008
@@ -35,10 +37,14 @@ def upgrade() -> None:
         sa.UniqueConstraint("dim", "day", "key", name=op.f("uq_ledger_days_dim_day_key")),
         sqlite_autoincrement=True,
     )
+    op.create_index(
+        "ix_ledger_entries_node_open", "ledger_entries", ["node_id", "closed"], unique=False
+    )
     from gpulease.state.ledger import rebuild_days  # the writer's own SQL, over closed rows
 
     rebuild_days(op.get_bind())
 
 
 def downgrade() -> None:
+    op.drop_index("ix_ledger_entries_node_open", table_name="ledger_entries")
     op.drop_table(_TABLE)
