@@ -85,7 +85,8 @@ def rows_of(window: Window, *keys: ColumnElement[Any], open_only: bool = False) 
     """The period's rows with their ``share`` (and ``lo``, ``hi``, ``per_s``), computed once per
     row: an ``OFFSET 0`` subquery is not flattened into the aggregate above it (SQLite,
     PostgreSQL), which would repeat the share's ``CASE`` in every sum. A row wholly inside the
-    period takes the short way (share 1)."""
+    period takes the short way (share 1). ``open_only``: the open rows alone (the daily rollup
+    ``ledger_days`` holds the closed ones' whole days)."""
     c = LEDGER.c
     inside = and_(c.started_at >= bound(window.start), c.ended_at <= bound(window.end))
     share = case((inside, bound(1.0)), (window.length > 0, (window.hi - window.lo) / window.length),
