@@ -2,7 +2,9 @@
 migrated by alembic) over the 60 days before ``now``, with clusters, jobs (with plan
 estimates), tasks, providers, regions, parts, spot and on-demand, users, volumes and storage, and
 the last rows still open. Deterministic for a seed. SQLite takes the rows by ``executemany``
-(then ``ANALYZE``), PostgreSQL by ``COPY`` (then ``VACUUM ANALYZE``)."""
+(then ``ANALYZE``), PostgreSQL by ``COPY`` (then ``VACUUM ANALYZE``). The daily rollup
+(``ledger_days``) is then built by the ledger writer's own statements over every closed row
+(:func:`gpulease.state.ledger.rebuild_days`: what the writer adds as it closes each row)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert
 
+from gpulease.state.ledger import rebuild_days
 from gpulease.state.models import Cluster, Job, LedgerEntry
 
 DAY = 86400.0
@@ -90,10 +93,13 @@ def fill(engine: Engine, n: int, now: float, seed: int = 0) -> None:
         raw.commit()
     finally:
         raw.close()
+    with engine.begin() as conn:
+        rebuild_days(conn)
     if engine.dialect.name == "postgresql":  # what autovacuum does on a live install: the
         # visibility map lets index-only scans skip the heap
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM ANALYZE ledger_entries")
+            conn.exec_driver_sql("VACUUM ANALYZE ledger_days")
     else:
         with engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE")

@@ -1,5 +1,7 @@
 """Ledger rows for the cost tests and benchmarks, inserted through the real schema (the
-``ledger_entries`` table of the migrated DB); the ledger's writer is not under test here."""
+``ledger_entries`` table of the migrated DB); the ledger's writer is not under test here. The
+daily rollup (``ledger_days``) is rebuilt after each insert by the writer's own statements
+(:func:`gpulease.state.ledger.rebuild_days`), as if the writer had closed each closed row."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
 
+from gpulease.state.ledger import rebuild_days
 from gpulease.state.models import LedgerEntry
 
 _KEYS = itertools.count(1)
@@ -57,5 +60,7 @@ def insert_rows(target: Engine | Connection, rows: Iterable[dict[str, Any]]) -> 
     if isinstance(target, Engine):
         with target.begin() as conn:
             conn.execute(insert(LedgerEntry), batch)
+            rebuild_days(conn)
     else:
         target.execute(insert(LedgerEntry), batch)
+        rebuild_days(target)

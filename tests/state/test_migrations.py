@@ -31,6 +31,7 @@ TABLES = {
     "telemetry_points",
     "ledger_entries",
     "provider_outages",
+    "ledger_days",
 }
 
 
@@ -102,6 +103,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0006_telemetry.py",
         "0007_ledger.py",
         "0008_sla.py",
+        "0009_ledger_days.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

@@ -78,14 +78,15 @@ class Window:
 KINDS = ("instance", "volume", "storage")
 SPLIT = ("cost_usd", "billed_s", "gpu_s", "spot_savings_usd")  # what --by day splits by day
 _ROW_COLUMNS = ("kind", "pricing", "cost_usd", "billed_s", "gpu_count", "price_per_hour",
-                "on_demand_price_per_hour")  # fmt: skip
+                "on_demand_price_per_hour", "started_at")  # fmt: skip
 
 
-def rows_of(window: Window, *keys: ColumnElement[Any]) -> Subquery:
+def rows_of(window: Window, *keys: ColumnElement[Any], open_only: bool = False) -> Subquery:
     """The period's rows with their ``share`` (and ``lo``, ``hi``, ``per_s``), computed once per
     row: an ``OFFSET 0`` subquery is not flattened into the aggregate above it (SQLite,
     PostgreSQL), which would repeat the share's ``CASE`` in every sum. A row wholly inside the
-    period takes the short way (share 1)."""
+    period takes the short way (share 1). ``open_only``: the open rows alone (the daily rollup
+    ``ledger_days`` holds the closed ones' whole days)."""
     c = LEDGER.c
     inside = and_(c.started_at >= bound(window.start), c.ended_at <= bound(window.end))
     share = case((inside, bound(1.0)), (window.length > 0, (window.hi - window.lo) / window.length),
@@ -94,7 +95,7 @@ def rows_of(window: Window, *keys: ColumnElement[Any]) -> Subquery:
     return (
         select(*keys, *(c[n] for n in _ROW_COLUMNS), share.label("share"),
                window.lo.label("lo"), window.hi.label("hi"), per_s.label("per_s"))
-        .where(window.counts)
+        .where(window.counts, *([c.closed.is_(False)] if open_only else []))
         .offset(0)
         .subquery("period_rows")
     )  # fmt: skip
@@ -121,13 +122,17 @@ def _bases(rows: Subquery) -> dict[str, ColumnElement[float]]:
 MEASURES = (*_bases(rows_of(Window(0.0, 1.0))), "entries")
 
 
-def measures(rows: Subquery) -> list[ColumnElement[Any]]:
+def measures(rows: Subquery, count_from: float | None = None) -> list[ColumnElement[Any]]:
     """The aggregates every report group has over :func:`rows_of`: each of :data:`MEASURES`
-    (dollars, seconds, the cost of each kind, and ``entries``), weighted by the share."""
+    (dollars, seconds, the cost of each kind, and ``entries``), weighted by the share.
+    ``count_from``: ``entries`` counts only the rows starting then or later."""
     zero = bound(0.0)
     share = rows.c.share
     sums = [func.coalesce(func.sum(v * share), zero).label(k) for k, v in _bases(rows).items()]
-    return [*sums, func.count().label("entries")]
+    if count_from is None:
+        return [*sums, func.count().label("entries")]
+    starting = case((rows.c.started_at >= bound(count_from), 1), else_=0)
+    return [*sums, func.coalesce(func.sum(starting), 0).label("entries")]
 
 
 def rates(rows: Subquery, start: float) -> list[ColumnElement[Any]]:

@@ -11,6 +11,7 @@ Core, SQLite and PostgreSQL alike); Python only shapes the few result groups. Mo
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 
 from gpulease.clock import Clock, SystemClock
+from gpulease.cost import rollup
 from gpulease.cost.estimates import estimated_against_actual
 from gpulease.cost.overlap import (
     DAY_S,
@@ -107,27 +109,68 @@ def build_report(conn: Connection, period: Period, by: str, now: float) -> dict[
 
 def breakdown(conn: Connection, window: Window, by: str) -> list[dict[str, Any]]:
     """One dict of :data:`~gpulease.cost.overlap.MEASURES` per group (and its ``key``), most
-    expensive first (``day``: in date order)."""
+    expensive first (``day``: in date order). The period's whole UTC days come from the daily
+    rollup of the closed rows (:mod:`gpulease.cost.rollup`) plus the open rows; its partial
+    first day (up to the first midnight after its start) and last day from the rows — the same
+    pro-rated shares, summed in parts. A row counts once in ``entries``: in the first day, or
+    where it starts (``day``: in each day it overlaps)."""
+    first = (math.floor(window.start / DAY_S) + 1) * DAY_S
+    last = math.floor(window.end / DAY_S) * DAY_S
+    if last <= first:
+        return _sorted(by, _from_rows(conn, window, by))
+    day = by == "day"
+    start_of = (lambda at: None) if day else (lambda at: at)  # whom entries count
+    parts = [
+        _from_rows(conn, Window(window.start, first), by),
+        _from_rows(conn, Window(first, last), by, open_only=True, count_from=start_of(first)),
+        rollup.whole_days(conn, by, round(first / DAY_S), round(last / DAY_S),
+                          "entries" if day else "starts"),
+    ]  # fmt: skip
+    if window.end > last:
+        parts.append(
+            _from_rows(conn, Window(last, window.end), by, count_from=None if day else last)
+        )
+    merged: dict[Any, dict[str, float]] = {}
+    for part in parts:
+        for key, sums in part.items():
+            into = merged.setdefault(key, dict.fromkeys(MEASURES, 0.0))
+            for m in MEASURES:
+                into[m] += sums.get(m, 0.0)
+    return _sorted(by, merged)
+
+
+def _sorted(by: str, groups: dict[Any, dict[str, float]]) -> list[dict[str, Any]]:
     if by == "day":
-        return _by_day(conn, window)
-    rows = rows_of(window, *(LEDGER.c[name] for name in _COLUMNS[by]))
+        return [{"key": _date(int(day)), **groups[day]} for day in sorted(groups)]
+    order = sorted(groups, key=lambda k: (-groups[k]["cost_usd"], k))
+    return [{"key": key, **groups[key]} for key in order]
+
+
+def _from_rows(
+    conn: Connection,
+    window: Window,
+    by: str,
+    *,
+    open_only: bool = False,
+    count_from: float | None = None,
+) -> dict[Any, dict[str, float]]:
+    """Group key (``day``: the day number) → measures, from the rows (one grouped pass)."""
+    if by == "day":
+        return _by_day(conn, window, open_only=open_only)
+    rows = rows_of(window, *(LEDGER.c[name] for name in _COLUMNS[by]), open_only=open_only)
     columns = [rows.c[name] for name in _COLUMNS[by]]
-    query = (
-        select(*columns, *measures(rows))
-        .group_by(*columns)
-        .order_by(func.sum(rows.c.cost_usd * rows.c.share).desc(), *columns)
-    )
-    found = []
+    query = select(*columns, *measures(rows, count_from)).group_by(*columns)
+    found = {}
     for row in conn.execute(query).mappings():
         key = "/".join("-" if row[c.name] is None else str(row[c.name]) for c in columns)
-        found.append({"key": key, **{m: float(row[m]) for m in MEASURES}})
+        found[key] = {m: float(row[m]) for m in MEASURES}
     return found
 
 
-def _by_day(conn: Connection, window: Window) -> list[dict[str, Any]]:
+def _by_day(conn: Connection, window: Window, *, open_only: bool) -> dict[Any, dict[str, float]]:
     """UTC days, in one pass grouped by the days a row's overlap starts and ends in; a row
     over midnight is split over its days pro rata (:func:`split_days`)."""
-    rows = rows_of(window)
+    rows = rows_of(window, open_only=open_only)
     first = day_index(rows.c.lo)
     last = day_index(greatest(rows.c.lo, rows.c.hi - 0.001))  # an end at midnight: the day before
     query = (
@@ -136,7 +179,7 @@ def _by_day(conn: Connection, window: Window) -> list[dict[str, Any]]:
         .group_by(first, last)
     )  # fmt: skip
     days = split_days(window.start, [dict(row) for row in conn.execute(query).mappings()])
-    return [{"key": _date(day), **sums} for day, sums in sorted(days.items())]
+    return dict(days)
 
 
 def split_days(start: float, groups: list[dict[str, Any]]) -> dict[int, dict[str, float]]:

@@ -14,7 +14,11 @@ A row's ``billed_s`` is ``R(ended_at - run) - R(started_at - run)`` where ``R`` 
 the run's elapsed time, so the rows of one run sum to the rule applied to the whole run, however
 price changes split it. ``cost_usd = billed_s × price_per_hour / 3600``.
 
-Moves no statuses; reads nothing but its own table.
+Closing a row also adds its share of each UTC day to the daily rollup ``ledger_days``
+(:mod:`gpulease.state.ledger_days`, in the same transaction) that ``gpulease cost`` reads; a
+closed row never changes again, and open rows are not in the rollup.
+
+Moves no statuses; reads nothing but its own tables.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select
+from sqlalchemy.orm import Session, object_session
 
 from gpulease.billing import BadBillingRule, Billing
+from gpulease.state.ledger_days import add_days, rebuild_days
 from gpulease.state.models import LedgerEntry
 
-__all__ = ["BadBillingRule", "Billing"]  # re-exported: the rule the rows carry
+__all__ = ["BadBillingRule", "Billing", "rebuild_days"]  # re-exported
 
 KINDS = frozenset({"instance", "volume", "storage"})
 
@@ -131,7 +136,18 @@ def close(entry: LedgerEntry, at: float, *, now: float) -> bool:
     advance(entry, at, now=now)
     entry.closed = True
     entry.updated_at = now
+    _roll_up(entry)
     return True
+
+
+def _roll_up(entry: LedgerEntry) -> None:
+    """Add the row just closed to the daily rollup (``ledger_days``), in its transaction."""
+    session = object_session(entry)
+    if session is None:
+        raise ValueError(f"ledger row {entry.entry_key!r} closed outside a session")
+    session.flush()
+    connection: Connection = session.connection()
+    add_days(connection, entry.id)
 
 
 def change_price(

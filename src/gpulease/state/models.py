@@ -3,9 +3,9 @@
 Owns the schema (the alembic migrations in ``migrations/versions`` must match it; a test checks):
 :class:`Cluster`, :class:`Node`, :class:`LaunchIntent`, :class:`Job` (managed jobs),
 :class:`StatusChange` (history) and :class:`ServerIdentity`, plus the record tables of
-:mod:`gpulease.state.records` (telemetry, the cost ledger, provider outages), re-exported here. It
-moves no states: every status column is written by :func:`gpulease.state.status.set_status`
-only.
+:mod:`gpulease.state.records` (telemetry, the cost ledger and its daily rollup, provider
+outages), re-exported here. It moves no states: every status column is written by
+:func:`gpulease.state.status.set_status` only.
 
 Conventions: ids are never reused (AUTOINCREMENT on SQLite, sequences on PostgreSQL), so
 history rows keyed by entity id stay unambiguous after a row is deleted; timestamps are UTC seconds
@@ -280,7 +280,12 @@ class ServerIdentity(Base):
 
 # the record tables (append-mostly history: telemetry, the cost ledger, provider outages) live in
 # their own module; importing them here registers them on Base.metadata with the rest
-from gpulease.state.records import LedgerEntry, ProviderOutage, TelemetryPoint  # noqa: E402
+from gpulease.state.records import (  # noqa: E402
+    LedgerDay,
+    LedgerEntry,
+    ProviderOutage,
+    TelemetryPoint,
+)
 
 __all__ = [
     "NAMING_CONVENTION",
@@ -288,6 +293,7 @@ __all__ = [
     "Cluster",
     "Job",
     "LaunchIntent",
+    "LedgerDay",
     "LedgerEntry",
     "Node",
     "ProviderOutage",

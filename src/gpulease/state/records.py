@@ -1,6 +1,7 @@
 """The state DB's record tables: history that is appended and advanced, never moved through a
 state machine — :class:`TelemetryPoint` (the nodes' downsampled telemetry), :class:`LedgerEntry`
-(the cost ledger) and :class:`ProviderOutage` (provider API outages). Declared on the same
+(the cost ledger), :class:`LedgerDay` (its daily rollup) and :class:`ProviderOutage` (provider
+API outages). Declared on the same
 :class:`~gpulease.state.models.Base` (``models`` re-exports them, so ``gpulease.state.models``
 stays the one place to import tables from). Moves no states.
 """
@@ -62,6 +63,9 @@ class LedgerEntry(Base):
         Index(None, "cluster_id"),
         Index(None, "job_id"),
         Index(None, "closed"),
+        # the accrual's join of nodes with their open row (migration 0009): without it SQLite
+        # reads every open row per node through ix_ledger_entries_closed
+        Index("ix_ledger_entries_node_open", "node_id", "closed"),
         # the cost reports' narrow indexes (gpulease.cost): a period's rows, a run's spend
         Index("ix_ledger_entries_period", "ended_at", "started_at", "cost_usd"),
         Index("ix_ledger_entries_job_cost", "job_id", "started_at", "ended_at", "cost_usd"),
@@ -111,6 +115,38 @@ class LedgerEntry(Base):
     cost_usd: Mapped[float]
     created_at: Mapped[float]
     updated_at: Mapped[float]
+
+
+class LedgerDay(Base):
+    """The cost ledger's daily rollup (migration 0009): per UTC ``day`` (``floor(t / 86400)``),
+    per report dimension ``dim`` (``all``, ``cluster``, ``job``, ``task``, ``provider``,
+    ``region``, ``gpu``, ``pricing``, ``user``) and its ``key`` (the report's group key), the
+    sums of the *closed* ledger rows' shares of that day (pro-rated by wall time, as the report
+    does): dollars, billed and GPU seconds, spot figures, the cost of each kind; ``entries``
+    (rows overlapping the day) and ``starts`` (rows starting in it). Written only by
+    :mod:`gpulease.state.ledger`, in the transaction that closes each row (a closed row never
+    changes again); open rows and a period's partial first and last days are read from the rows."""
+
+    __tablename__ = "ledger_days"
+    __table_args__ = (
+        UniqueConstraint("dim", "day", "key"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dim: Mapped[str] = mapped_column(String(16))
+    day: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(600))
+    cost_usd: Mapped[float]
+    billed_s: Mapped[float]
+    gpu_s: Mapped[float]
+    spot_savings_usd: Mapped[float]
+    spot_cost_usd: Mapped[float]
+    cost_instance: Mapped[float]
+    cost_volume: Mapped[float]
+    cost_storage: Mapped[float]
+    entries: Mapped[int] = mapped_column(Integer)
+    starts: Mapped[int] = mapped_column(Integer)
 
 
 class ProviderOutage(Base):
