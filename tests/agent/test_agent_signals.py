@@ -3,8 +3,10 @@ SIGTERM, then SIGKILL once the grace period is over."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -96,3 +98,23 @@ def test_stopping_a_finished_task_changes_nothing(agent: AgentProcess) -> None:
     agent.wait_state("t1")
     assert agent.api.cancel("t1")["state"] == "SUCCEEDED"
     assert os.path.exists(agent.node_dir / "tasks" / "t1" / "task.json")
+
+
+def test_a_job_signalled_with_its_node_is_not_reported_failed(agent: AgentProcess) -> None:
+    """The node going away (an instance terminated: SIGTERM to every process of the agent's
+    session at once) kills the job too; the agent, told to stop by the same signal, must not
+    record the job's signal death as the task failing — the server then sees a lost node and
+    recovers the job, where a FAILED task would end it."""
+    from gpulease.agent.state import load_record
+
+    agent.api.submit(task(run="echo started\nsleep 30\necho never"))  # bash forks: two signals
+    wait_until(lambda: agent.api.logs("t1").data, what="the job to start")
+    assert agent.proc is not None
+    session = agent.proc.pid
+    for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getsid(pid) == session:  # the agent and every group of its jobs
+                os.kill(pid, signal.SIGTERM)
+    agent.proc.wait(15)
+    record = load_record(agent.node_dir / "tasks" / "t1" / "task.json")
+    assert record.state.value == "RUNNING", (record.state, record.exit_code, record.signal)

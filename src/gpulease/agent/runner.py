@@ -46,6 +46,8 @@ from gpulease.errors import UserInputError
 log = logging.getLogger("gpulease.agent")
 
 ADOPT_POLL_S = 0.2  # how often an adopted phase (no longer our child) is checked
+NODE_STOP_WAIT_S = 1.0  # how long a signal death waits for the agent's own stop signal
+_NODE_STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +342,8 @@ class TaskRunner:
         returncode = self._wait(proc, pgid, exit_path)
         if returncode is None and self._stopping.is_set():
             return None
+        if self._killed_with_the_node(returncode):
+            return None
         jobproc.signal_group(pgid, signal.SIGKILL)  # whatever the phase left behind
         if phase == "run":
             self._final_sync()  # before "run" is done: a restarted agent would redo it
@@ -350,6 +354,18 @@ class TaskRunner:
         if returncode is None:
             return None, None
         return jobproc.describe_exit(returncode)
+
+    def _killed_with_the_node(self, returncode: int | None) -> bool:
+        """A phase killed by a signal no stop of ours sent, while the agent itself is told to
+        stop: the node is going away (its session was signalled: an instance terminated, the
+        machine shutting down) — the task did not fail, and a restarted agent resumes it. The
+        two signals race, so a signal death waits up to :data:`NODE_STOP_WAIT_S` for the
+        agent's own."""
+        if returncode is None or self.record.stop is not None:
+            return False
+        if jobproc.describe_exit(returncode)[1] not in _NODE_STOP_SIGNALS:
+            return False
+        return self._stopping.wait(NODE_STOP_WAIT_S)
 
     def _spawn(self, phase: str, exit_path: Path, turn: int | None) -> subprocess.Popen[bytes]:
         sub = self.record.submission
