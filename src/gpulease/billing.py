@@ -14,6 +14,7 @@ A *run* is one continuous billing of one node (a launch, or a start after a stop
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -57,3 +58,10 @@ class Billing:
         if self.unit_s != 1.0:
             seconds = math.ceil(elapsed_s / self.unit_s) * self.unit_s
         return max(seconds, self.minimum_s)
+
+
+@functools.lru_cache(maxsize=64)
+def billing_rule(text: str) -> Billing:
+    """:meth:`Billing.parse`, cached (the accrual and the ledger parse the same few strings on
+    every pass; a :class:`Billing` is immutable)."""
+    return Billing.parse(text)

@@ -25,17 +25,16 @@ jobs' spend), else the server's. Moves no statuses; writes only ledger rows.
 
 from __future__ import annotations
 
-import functools
 import getpass
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, and_, bindparam, exists, or_, select, update
+from sqlalchemy import Engine, and_, exists, or_, select
 from sqlalchemy.orm import Session
 
-from gpulease.billing import HOURS_PER_MONTH, Billing
+from gpulease.billing import HOURS_PER_MONTH, Billing, billing_rule
 from gpulease.clock import Clock
 from gpulease.controller.snapshot import Snapshot
 from gpulease.errors import GpuleaseError
@@ -46,7 +45,14 @@ from gpulease.providers.base import (
     SupportsSpotMarket,
 )
 from gpulease.state import NodeState, session_scope
-from gpulease.state.ledger import EntryFacts, advance, change_price, close, open_entry
+from gpulease.state.ledger import (
+    EntryFacts,
+    advance,
+    advance_open_rows,
+    change_price,
+    close,
+    open_entry,
+)
 from gpulease.state.models import Cluster, Job, LedgerEntry, Node
 
 log = logging.getLogger("gpulease.controller.accrual")
@@ -101,7 +107,7 @@ class Accrual:
         splits go through the ORM, node by node."""
         with session_scope(self.engine) as session:
             batch, slow, live = self._scan(session)
-            moved = _advance_batch(session, batch)
+            moved = advance_open_rows(session, batch)
             if slow:
                 moved += self._slow(session, slow)
             for row in _orphans(session):  # its node row is gone: nothing more is known
@@ -170,7 +176,7 @@ class Accrual:
         if state in BILLED:
             return "instance"
         if state is _N.PROVISIONING:
-            rule = _rule(provider.billing)
+            rule = billing_rule(provider.billing)
             return "instance" if rule.from_request or node_id in self._running else None
         if state is _N.STOPPED and provider.volume_usd_per_gb_month:
             return "volume"
@@ -208,7 +214,7 @@ class Accrual:
         row: LedgerEntry | None,
         now: float,
     ) -> int:
-        rule = _rule(provider.billing)
+        rule = billing_rule(provider.billing)
         want = self._wanted(provider, node, cluster, rule)
         moved = 0
         if row is not None and row.kind != want:
@@ -321,38 +327,6 @@ class Accrual:
         except GpuleaseError:
             found = None
         return quoted if found is None else found
-
-
-@functools.lru_cache(maxsize=64)
-def _rule(text: str) -> Billing:
-    return Billing.parse(text)
-
-
-def _advance_batch(session: Session, batch: list[tuple[Any, ...]]) -> int:
-    """Advance open rows (id, to, started_at, run_started_at, billing, price) in one
-    executemany; a row closed or advanced meanwhile is left alone (the WHERE)."""
-    if not batch:
-        return 0
-    params = []
-    for row_id, to, started, run, billing, price in batch:
-        rule = _rule(billing)
-        billed = rule.billed(to - run) - rule.billed(started - run)
-        params.append({"b_id": row_id, "b_to": to, "b_billed": billed,
-                       "b_cost": billed * price / 3600.0})  # fmt: skip
-    table = cast(Table, LedgerEntry.__table__)
-    stmt = (
-        update(table)
-        .where(table.c.id == bindparam("b_id"), table.c.closed.is_(False))
-        .where(table.c.ended_at < bindparam("b_to"))
-        .values(
-            ended_at=bindparam("b_to"),
-            billed_s=bindparam("b_billed"),
-            cost_usd=bindparam("b_cost"),
-            updated_at=bindparam("b_to"),
-        )
-    )
-    session.execute(stmt, params)
-    return len(params)
 
 
 def _orphans(session: Session) -> list[LedgerEntry]:

@@ -24,12 +24,12 @@ Moves no statuses; reads nothing but its own tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Table, bindparam, func, select, update
 from sqlalchemy.orm import Session, object_session
 
-from gpulease.billing import BadBillingRule, Billing
+from gpulease.billing import BadBillingRule, Billing, billing_rule
 from gpulease.state.ledger_days import add_days, rebuild_days
 from gpulease.state.models import LedgerEntry
 
@@ -77,7 +77,7 @@ def entry_key(kind: str, subject: str, started_at: float) -> str:
 
 
 def _recompute(entry: LedgerEntry) -> None:
-    rule = Billing.parse(entry.billing)
+    rule = billing_rule(entry.billing)
     run = entry.run_started_at
     entry.billed_s = rule.billed(entry.ended_at - run) - rule.billed(entry.started_at - run)
     entry.cost_usd = entry.billed_s * entry.price_per_hour / 3600.0
@@ -199,3 +199,31 @@ def accrued_by_labels(session: Session) -> list[tuple[tuple[Any, ...], float]]:
     columns = [getattr(LedgerEntry, name) for name in LABELS]
     stmt = select(*columns, func.sum(LedgerEntry.cost_usd)).group_by(*columns)
     return [(tuple(row[:-1]), float(row[-1] or 0.0)) for row in session.execute(stmt)]
+
+
+def advance_open_rows(session: Session, batch: list[tuple[Any, ...]]) -> int:
+    """Advance open rows, given as (id, to, started_at, run_started_at, billing, price), in one
+    executemany (the accrual's batch: rows that only move on); a row closed or advanced
+    meanwhile is left alone (the WHERE). The number of rows asked to move."""
+    if not batch:
+        return 0
+    params = []
+    for row_id, to, started, run, billing, price in batch:
+        rule = billing_rule(billing)
+        billed = rule.billed(to - run) - rule.billed(started - run)
+        params.append({"b_id": row_id, "b_to": to, "b_billed": billed,
+                       "b_cost": billed * price / 3600.0})  # fmt: skip
+    table = cast(Table, LedgerEntry.__table__)
+    stmt = (
+        update(table)
+        .where(table.c.id == bindparam("b_id"), table.c.closed.is_(False))
+        .where(table.c.ended_at < bindparam("b_to"))
+        .values(
+            ended_at=bindparam("b_to"),
+            billed_s=bindparam("b_billed"),
+            cost_usd=bindparam("b_cost"),
+            updated_at=bindparam("b_to"),
+        )
+    )
+    session.execute(stmt, params)
+    return len(params)
