@@ -15,7 +15,6 @@ import typer
 
 from gpulease.cli.follow import client
 from gpulease.cli.output import console, money, print_json
-from gpulease.cost.sla import parse_month
 
 
 def sla(
@@ -26,6 +25,8 @@ def sla(
 ) -> None:
     """Availability per provider and region against the SLA promise, and the credit owed."""
     if month is not None:
+        from gpulease.cost.sla import parse_month  # imports the state: only when asked
+
         parse_month(month, time.time())  # a bad month: exit 2 without starting a server
     with client() as api:
         view = api.sla(month)

