@@ -12,13 +12,13 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, insert, inspect, text
 
 import gpulease.state
 from gpulease.controller.document import LaunchDocument
 from gpulease.state import current_revision, head_revision, upgrade
 from gpulease.state.migrate import MIGRATIONS_DIR, _config
-from gpulease.state.models import Base
+from gpulease.state.models import Base, LedgerEntry
 from gpulease.wire import RunSpec
 
 TABLES = {
@@ -142,3 +142,36 @@ def test_0003_moves_workdir_into_a_typed_run_spec(empty_engine: Engine) -> None:
     )  # fmt: skip
     assert docs[1].spec == spec and docs[2].run == RunSpec(run="echo") and docs[2].plans == ()
     assert "workdir" not in {c["name"] for c in inspect(empty_engine).get_columns("clusters")}
+
+
+def test_a_ledger_from_before_0009_gets_its_daily_rollup_at_head(empty_engine: Engine) -> None:
+    """Migration 0009 creates the rollup empty; the upgrade to head fills it from the rows
+    closed before it, with the writer's own SQL (and never twice)."""
+    with empty_engine.begin() as conn:
+        command.upgrade(_config(conn), "0008")
+    row = {"kind": "instance", "user": "u", "provider": "sim", "pricing": "spot",
+           "price_per_hour": 3.6, "billing": "second", "gpu_count": 8, "closed": True,
+           "created_at": 0.0, "updated_at": 0.0}  # fmt: skip
+    closed = [  # one row inside 2026-12-01, one across its midnight; one still open
+        {**row, "entry_key": "instance:1:a", "started_at": DAY0 + 3600.0,
+         "ended_at": DAY0 + 7200.0, "run_started_at": DAY0 + 3600.0, "billed_s": 3600.0,
+         "cost_usd": 3.6},
+        {**row, "entry_key": "instance:2:a", "started_at": DAY0 + 86400.0 - 1800.0,
+         "ended_at": DAY0 + 86400.0 + 1800.0, "run_started_at": DAY0, "billed_s": 3600.0,
+         "cost_usd": 3.6},
+        {**row, "entry_key": "instance:3:a", "closed": False, "started_at": DAY0,
+         "ended_at": DAY0 + 60.0, "run_started_at": DAY0, "billed_s": 60.0, "cost_usd": 0.06},
+    ]  # fmt: skip
+    with empty_engine.begin() as conn:
+        conn.execute(insert(LedgerEntry), closed)
+    upgrade(empty_engine)
+    upgrade(empty_engine)  # a second upgrade adds nothing
+    with empty_engine.connect() as conn:
+        days = conn.execute(
+            text("SELECT day, cost_usd, entries FROM ledger_days WHERE dim = 'all' ORDER BY day")
+        ).all()
+    first = int(DAY0 // 86400)
+    assert [(d, round(c, 6), n) for d, c, n in days] == [(first, 5.4, 2), (first + 1, 1.8, 1)]
+
+
+DAY0 = 1_796_083_200.0  # 2026-12-01 00:00 UTC

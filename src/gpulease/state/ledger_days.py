@@ -1,7 +1,8 @@
 """The SQL of the cost ledger's daily rollup, ``ledger_days``
 (:class:`~gpulease.state.models.LedgerDay`), called only by the ledger's writer
-(:mod:`gpulease.state.ledger`, as it closes a row), by migration 0009 and by seeds that insert
-rows directly (:func:`rebuild_days`).
+(:mod:`gpulease.state.ledger`, as it closes a row), by :func:`gpulease.state.migrate.upgrade`
+when the rollup was never built (:func:`rollup_missing`, :func:`rebuild_days`) and by seeds that
+insert rows directly.
 
 A closed row of interval ``[started_at, ended_at)`` counts in each UTC day ``d`` it overlaps
 with the share ``overlap / (ended_at - started_at)`` of each of its measures (a row of zero
@@ -167,6 +168,16 @@ def add_days(conn: Connection, *entry_ids: int) -> None:
         return
     for dim in DIMENSIONS:
         conn.execute(_by_ids(conn.dialect.name, dim), {"ids": list(entry_ids)})
+
+
+def rollup_missing(conn: Connection) -> bool:
+    """Whether the rollup is empty while closed rows exist (every closed row adds at least its
+    ``all`` day): it was never built, e.g. for a ledger written before migration 0009."""
+    if conn.execute(select(DAYS.c.id).limit(1)).first() is not None:
+        return False
+    return (
+        conn.execute(select(ROWS.c.id).where(ROWS.c.closed.is_(True)).limit(1)).first() is not None
+    )
 
 
 def rebuild_days(conn: Connection) -> None:

@@ -7,6 +7,12 @@ models). Moves no states.
 Two processes may start at once (the server and a CLI command): on SQLite the upgrade runs under
 ``BEGIN IMMEDIATE`` and on PostgreSQL under a transaction-scoped advisory lock, so the second one
 waits and then finds the schema current.
+
+Derived data is built here, after the migrations and only at head, by the application's own
+code against the schema it was written for (a migration never imports application code, which
+may have moved on since): :func:`_derive` fills the cost ledger's daily rollup from the closed
+ledger rows when it is empty and closed rows exist (a database migrated past 0009 with a ledger
+already in it).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
             try:
                 command.upgrade(_config(conn), revision)
+                _derive(conn, revision)
             except BaseException:
                 conn.exec_driver_sql("ROLLBACK")
                 raise
@@ -48,6 +55,17 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
         command.upgrade(_config(conn), revision)
+        _derive(conn, revision)
+
+
+def _derive(conn: Connection, revision: str) -> None:
+    """Build what the migrations leave empty (see the module docstring), at head only."""
+    if revision != "head":
+        return
+    from gpulease.state.ledger_days import rebuild_days, rollup_missing
+
+    if rollup_missing(conn):
+        rebuild_days(conn)
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -1,6 +1,8 @@
 """The cost ledger's daily rollup for ``gpulease cost``: ``ledger_days``, per (UTC day, report
-dimension, group key) the sums of the closed ledger rows' shares of that day, filled here from
-the rows already closed (the same SQL the ledger's writer runs as it closes each row); and the
+dimension, group key) the sums of the closed ledger rows' shares of that day — created empty:
+the rows closed before it are added by the application at head
+(:func:`gpulease.state.migrate.upgrade`, with the writer's own SQL), since a migration must not
+import application code that may change after it —; and the
 index ``ix_ledger_entries_node_open (node_id, closed)`` for the accrual's join of nodes with
 their open rows.
 
@@ -40,9 +42,6 @@ def upgrade() -> None:
     op.create_index(
         "ix_ledger_entries_node_open", "ledger_entries", ["node_id", "closed"], unique=False
     )
-    from gpulease.state.ledger import rebuild_days  # the writer's own SQL, over closed rows
-
-    rebuild_days(op.get_bind())
 
 
 def downgrade() -> None:
