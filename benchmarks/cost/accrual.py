@@ -7,12 +7,15 @@ timed as medians of ``--repeat``:
 
 - the baseline: a plain ``SELECT`` of the same rows (every column of the open ledger rows,
   joined to their nodes, fetched to Python) — what reading them costs at all;
-- a writing pass: the clock moved on by ``ADVANCE_EVERY_S``, so every open row is advanced
-  (the common busy pass: one batch of UPDATEs);
-- a quiet pass: the clock moved on by less than ``ADVANCE_EVERY_S``, so the pass reads and
-  writes nothing (most passes of a steady install).
+- steady passes: ``--passes`` passes 0.5 s of clock apart (the server loop's interval), as a
+  running install makes them: each advances the slices of rows whose tick has come
+  (:mod:`gpulease.controller.accrual_ticks`: about a tenth of the rows every ``ADVANCE_EVERY_S``
+  / 10) — mean, median and max per pass, and the rows each wrote;
+- the first pass after a start (a new :class:`Accrual`): every slice at once, all 1,000 rows
+  in one UPDATE — the worst pass.
 
-Usage: ``.venv/bin/python benchmarks/cost/accrual.py [--nodes 1000] [--db sqlite,postgresql]``.
+Usage: ``.venv/bin/python benchmarks/cost/accrual.py [--nodes 1000] [--db sqlite,postgresql]
+[--passes 200]``.
 Writes ``benchmarks/cost/results/accrual-<db>.json`` and prints a Markdown table. Target (issue
 16): < 5 ms per 1,000 running nodes per pass.
 """
@@ -33,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cost.synthetic import analyze, closed_history  # noqa: E402
 from sqlalchemy import Engine, insert, select, text  # noqa: E402
 
 from gpulease.clock import VirtualClock  # noqa: E402
@@ -43,6 +47,7 @@ from gpulease.state.models import Cluster, LedgerEntry, Node  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 START = 1_780_000_000.0
+PASS_INTERVAL_S = 0.5  # the server loop's pass interval (server/runtime.py LoopThread)
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -77,9 +82,12 @@ def bench(kind: str, engine: Engine, root: Path, args: Any) -> dict[str, Any]:
     upgrade(engine)
     clock = VirtualClock(START)
     seed(engine, args.nodes, clock.now())
+    if args.history:  # closed rows of nodes long gone, as a ledger in use has
+        closed_history(engine, args.history, clock.now(), node_offset=10 * args.nodes)
     provider = LocalProvider(root, clock=clock, price_per_gpu_hour=1.0)
     accrual = Accrual(engine, {"local": provider}, clock, user="bench")
     opened = accrual.run()  # opens the rows (the slow path, node by node): untimed
+    analyze(engine)  # as autovacuum / a later ANALYZE would, once the rows are open
     with engine.connect() as conn:
         open_rows = conn.execute(
             select(text("count(*)")).select_from(LedgerEntry).where(LedgerEntry.closed.is_(False))
@@ -92,29 +100,52 @@ def bench(kind: str, engine: Engine, root: Path, args: Any) -> dict[str, Any]:
         with engine.connect() as conn:
             assert len(conn.execute(stmt).all()) == open_rows
 
-    written: list[int] = []
-
-    def busy() -> None:
-        clock.advance(ADVANCE_EVERY_S)
-        written.append(accrual.run())
-
-    def quiet() -> None:  # every quiet pass of the run stays inside one ADVANCE_EVERY_S
-        clock.advance(ADVANCE_EVERY_S / (args.repeat + 2))
-        written.append(accrual.run())
-
     baseline()  # a first read, untimed
     per = 1000.0 / args.nodes * 1000.0  # seconds → ms per 1,000 nodes
-    out: dict[str, Any] = {"db": kind, "nodes": args.nodes, "opened": opened,
-                           "open_rows": open_rows}  # fmt: skip
+    out: dict[str, Any] = {"db": kind, "nodes": args.nodes, "closed_rows": args.history,
+                           "opened": opened, "open_rows": open_rows}  # fmt: skip
     out["baseline_select_ms_per_1000"] = timed(baseline, args.repeat) * per
-    out["pass_advancing_all_ms_per_1000"] = timed(busy, args.repeat) * per
-    out["rows_written_per_busy_pass"] = written[-1]
-    written.clear()
-    busy()  # leaves every row just advanced, so the quiet passes have nothing to write
-    written.clear()
-    out["pass_quiet_ms_per_1000"] = timed(quiet, args.repeat) * per
-    out["rows_written_per_quiet_pass"] = max(written)
+    times, written = steady(accrual, clock, args.passes)
+    out["steady_pass_interval_s"] = PASS_INTERVAL_S
+    out["steady_passes"] = len(times)
+    out["steady_pass_mean_ms_per_1000"] = statistics.fmean(times) * per
+    out["steady_pass_median_ms_per_1000"] = statistics.median(times) * per
+    out["steady_pass_max_ms_per_1000"] = max(times) * per
+    out["steady_rows_written_per_pass_mean"] = statistics.fmean(written)
+    out["steady_rows_written_per_pass_max"] = max(written)
+    with engine.connect() as conn:  # how far behind the clock the open rows are
+        oldest = conn.execute(
+            select(text("min(ended_at)"))
+            .select_from(LedgerEntry)
+            .where(LedgerEntry.closed.is_(False))
+        ).scalar_one()
+    out["steady_open_rows_max_lag_s"] = clock.now() - float(oldest)
+
+    def first_pass() -> None:  # a server just started: every slice is due at once
+        clock.advance(ADVANCE_EVERY_S)
+        fresh = Accrual(engine, {"local": provider}, clock, user="bench")
+        written.append(fresh.run())
+
+    written = []
+    out["first_pass_after_start_ms_per_1000"] = timed(first_pass, args.repeat) * per
+    out["first_pass_rows_written"] = written[-1]
     return out
+
+
+def steady(accrual: Accrual, clock: VirtualClock, passes: int) -> tuple[list[float], list[int]]:
+    """``passes`` passes ``PASS_INTERVAL_S`` of clock apart (the server loop's interval), after
+    one period of ``ADVANCE_EVERY_S`` untimed: each pass's seconds and rows written."""
+    for _ in range(int(ADVANCE_EVERY_S / PASS_INTERVAL_S)):
+        clock.advance(PASS_INTERVAL_S)
+        accrual.run()
+    times: list[float] = []
+    written: list[int] = []
+    for _ in range(passes):
+        clock.advance(PASS_INTERVAL_S)
+        began = time.perf_counter()
+        written.append(accrual.run())
+        times.append(time.perf_counter() - began)
+    return times, written
 
 
 def run_sqlite(args: Any) -> dict[str, Any]:
@@ -158,6 +189,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--passes", type=int, default=200)
+    parser.add_argument("--history", type=int, default=300_000, help="closed rows beside")
     parser.add_argument("--db", default="sqlite,postgresql")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)

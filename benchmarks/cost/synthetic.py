@@ -71,35 +71,59 @@ def rows(n: int, now: float, seed: int = 0) -> Iterator[tuple[Any, ...]]:
 def fill(engine: Engine, n: int, now: float, seed: int = 0) -> None:
     """Insert the ledger rows and the clusters / jobs they name (with plan estimates)."""
     _runs(engine, now)
+    insert_rows(engine, rows(n, now, seed))
+    with engine.begin() as conn:
+        rebuild_days(conn)
+    analyze(engine)
+
+
+def closed_history(engine: Engine, n: int, now: float, *, node_offset: int) -> None:
+    """``n`` closed rows of nodes long gone (ids from ``node_offset``): the history a ledger
+    has beside its open rows (for the accrual's benchmark; no rollup)."""
+    at = {name: COLUMNS.index(name) for name in ("closed", "node_id")}
+
+    def closed() -> Iterator[tuple[Any, ...]]:
+        for row in rows(n, now):
+            values = list(row)
+            values[at["closed"]] = True
+            values[at["node_id"]] = node_offset + values[at["node_id"]]
+            yield tuple(values)
+
+    insert_rows(engine, closed())
+    analyze(engine)
+
+
+def insert_rows(engine: Engine, found: Iterator[tuple[Any, ...]]) -> None:
+    """Rows in :data:`COLUMNS` order: PostgreSQL by ``COPY``, SQLite by ``executemany``."""
+    names = ", ".join(f'"{c}"' for c in COLUMNS)
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
         if engine.dialect.name == "postgresql":
-            names = ", ".join(f'"{c}"' for c in COLUMNS)
             with cur.copy(f"COPY ledger_entries ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
-                for row in rows(n, now, seed):
+                for row in found:
                     copy.write_row(row)
         else:
-            marks = ", ".join("?" for _ in COLUMNS)
-            names = ", ".join(f'"{c}"' for c in COLUMNS)
+            sql = f"INSERT INTO ledger_entries ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})"
             batch: list[tuple[Any, ...]] = []
-            for row in rows(n, now, seed):
+            for row in found:
                 batch.append(row)
                 if len(batch) == 50_000:
-                    cur.executemany(f"INSERT INTO ledger_entries ({names}) VALUES ({marks})", batch)
+                    cur.executemany(sql, batch)
                     batch.clear()
             if batch:
-                cur.executemany(f"INSERT INTO ledger_entries ({names}) VALUES ({marks})", batch)
+                cur.executemany(sql, batch)
         raw.commit()
     finally:
         raw.close()
-    with engine.begin() as conn:
-        rebuild_days(conn)
-    if engine.dialect.name == "postgresql":  # what autovacuum does on a live install: the
-        # visibility map lets index-only scans skip the heap
+
+
+def analyze(engine: Engine) -> None:
+    """Statistics (and, on PostgreSQL, the visibility map: what autovacuum does on a live
+    install, so index-only scans skip the heap)."""
+    if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql("VACUUM ANALYZE ledger_entries")
-            conn.exec_driver_sql("VACUUM ANALYZE ledger_days")
+            conn.exec_driver_sql("VACUUM ANALYZE")
     else:
         with engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE")

@@ -104,6 +104,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0007_ledger.py",
         "0008_sla.py",
         "0009_ledger_days.py",
+        "0010_ledger_indexes.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

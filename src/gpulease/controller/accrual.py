@@ -31,11 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, and_, exists, or_, select
+from sqlalchemy import Engine, and_, exists, not_, or_, select
 from sqlalchemy.orm import Session
 
 from gpulease.billing import HOURS_PER_MONTH, Billing, billing_rule
 from gpulease.clock import Clock
+from gpulease.controller.accrual_ticks import Ticks, bulk_rows
 from gpulease.controller.snapshot import Snapshot
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import (
@@ -48,7 +49,6 @@ from gpulease.state import NodeState, session_scope
 from gpulease.state.ledger import (
     EntryFacts,
     advance,
-    advance_in_place,
     advance_open_rows,
     change_price,
     close,
@@ -85,6 +85,8 @@ class Accrual:
     clock: Clock
     user: str = field(default_factory=os_user)
     _running: dict[int, float] = field(default_factory=dict)  # node id → seen running at
+    _ticks: Ticks = field(default_factory=lambda: Ticks(ADVANCE_EVERY_S, BILLED))
+    _orphans_at: float = float("-inf")  # open rows of deleted nodes: looked for this often
 
     def clock_of(self, provider: Provider | None) -> Clock:
         if isinstance(provider, SupportsSpotMarket):
@@ -104,44 +106,35 @@ class Accrual:
 
     def run(self) -> int:
         """One accrual pass; the number of ledger rows written. Open rows that only move on
-        (the common case) are advanced in one batch of UPDATEs; openings, closings and price
-        splits go through the ORM, node by node."""
+        (the common case) are advanced by the database in slices (:class:`Ticks`) or in one
+        batch of UPDATEs; openings, closings and price splits go through the ORM, node by
+        node."""
         with session_scope(self.engine) as session:
             now_of = {name: self.clock_of(p).now() for name, p in self.providers.items()}
-            moved = self._advance_in_place(session, now_of)
+            moved = self._ticks.advance(session, self.providers, now_of)
             batch, slow, live = self._scan(session, now_of)
             moved += advance_open_rows(session, batch)
             if slow:
                 moved += self._slow(session, slow)
-            for row in _orphans(session):  # its node row is gone: nothing more is known
-                moved += close(row, row.ended_at, now=row.ended_at)
+            if self.clock.now() - self._orphans_at >= ADVANCE_EVERY_S:
+                self._orphans_at = self.clock.now()
+                for row in _orphans(session):  # its node row is gone: nothing more is known
+                    moved += close(row, row.ended_at, now=row.ended_at)
             self._running = {k: v for k, v in self._running.items() if k in live}
             return moved
-
-    def _advance_in_place(self, session: Session, now_of: Mapping[str, float]) -> int:
-        """The common case in one UPDATE per provider: a billed node's open instance row, due
-        and on a per-second rule, moves to now (the database computes its dollars); spot rows
-        of a provider with a price history are left to :meth:`_scan` (they may split)."""
-        moved = 0
-        for name, provider in self.providers.items():
-            now = now_of[name]
-            nodes = select(Node.id).where(Node.provider == name, Node.state.in_(BILLED))
-            moved += advance_in_place(
-                session, provider=name, billing=provider.billing, to=now,
-                due_by=now - ADVANCE_EVERY_S, nodes=nodes,
-                skip_spot=isinstance(provider, SupportsPriceHistory),
-            )  # fmt: skip
-        return moved
 
     def _scan(
         self, session: Session, now_of: Mapping[str, float]
     ) -> tuple[list[tuple[Any, ...]], dict[int, float], set[int]]:
         """(rows to advance as they are, nodes needing more — with their provider's now —,
         every node seen). The database leaves out the rows with nothing to do: a billed node's
-        open instance row not yet due (all of them, right after :meth:`_advance_in_place`)."""
+        open instance row not yet due, and the rows :class:`Ticks` advances."""
         e = LedgerEntry
-        due = [and_(Node.provider == name, e.ended_at <= now - ADVANCE_EVERY_S)
-               for name, now in now_of.items()]  # fmt: skip
+        due = []
+        for name, now in now_of.items():
+            condition = and_(Node.provider == name, e.ended_at <= now - ADVANCE_EVERY_S)
+            bulk = bulk_rows(self.providers[name], BILLED)
+            due.append(condition if bulk is None else and_(condition, not_(bulk)))
         something_to_do = or_(e.id.is_(None), e.kind != "instance", Node.state.not_in(BILLED), *due)
         stmt = (
             select(

@@ -247,14 +247,13 @@ def advance_in_place(
     provider: str,
     billing: str,
     to: float,
-    due_by: float,
     nodes: Select[int],
     skip_spot: bool = False,
 ) -> int:
     """Advance to ``to``, in one UPDATE computed by the database, every open ``instance`` row of
-    ``provider`` with rule ``billing`` whose end is at or before ``due_by`` and whose node is in
-    ``nodes`` (a SELECT of node ids; ``skip_spot``: not the spot rows, which need their price
-    history looked at). Only for per-second rules (``second`` / ``second:M``): their arithmetic
+    ``provider`` with rule ``billing`` that ends before ``to`` and whose node is in ``nodes`` (a
+    SELECT of node ids; ``skip_spot``: not the spot rows, which need their price history looked
+    at). Only for per-second rules (``second`` / ``second:M``): their arithmetic
     is the same in SQL as in :meth:`Billing.billed`; other rules return 0 and are left to
     :func:`advance_open_rows`. The number of rows advanced."""
     rule = billing_rule(billing)
@@ -271,7 +270,7 @@ def advance_in_place(
     stmt = (
         update(table)
         .where(c.closed.is_(False), c.kind == "instance", c.provider == provider)
-        .where(c.billing == billing, c.ended_at <= due_by, c.node_id.in_(nodes))
+        .where(c.billing == billing, c.ended_at < to, c.node_id.in_(nodes))
         .values(
             ended_at=end,
             billed_s=billed_s,

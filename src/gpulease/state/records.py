@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Boolean, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpulease.state.models import Base
@@ -59,13 +59,15 @@ class LedgerEntry(Base):
     __tablename__ = "ledger_entries"
     __table_args__ = (
         Index(None, "started_at"),
-        Index(None, "ended_at"),
-        Index(None, "cluster_id"),
-        Index(None, "job_id"),
-        Index(None, "closed"),
-        # the accrual's join of nodes with their open row (migration 0009): without it SQLite
-        # reads every open row per node through ix_ledger_entries_closed
-        Index("ix_ledger_entries_node_open", "node_id", "closed"),
+        # the open rows alone (migration 0010): the accrual's join of nodes with their open
+        # row, its in-place UPDATE and orphan check, and the report's open rows read them
+        # through it whatever the planner's statistics say
+        Index(
+            "ix_ledger_entries_open",
+            "node_id",
+            sqlite_where=text("closed IS 0"),
+            postgresql_where=text("closed IS false"),
+        ),
         # the cost reports' narrow indexes (gpulease.cost): a period's rows, a run's spend
         Index("ix_ledger_entries_period", "ended_at", "started_at", "cost_usd"),
         Index("ix_ledger_entries_job_cost", "job_id", "started_at", "ended_at", "cost_usd"),
