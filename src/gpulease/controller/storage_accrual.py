@@ -274,10 +274,13 @@ class StorageAccrual:
         store.row_end = row.ended_at
 
     def _advance(self, session: Session, now: float) -> int:
-        """Every open row to now, in one batch, once ``ADVANCE_EVERY_S`` has passed."""
+        """Every open row to now, in one batch, once ``ADVANCE_EVERY_S`` has passed — a row just
+        opened (its end at its start) at once, from its measurement to now."""
         batch = []
         for store in self._stores.values():
-            if store.row is not None and now - store.row_end >= ADVANCE_EVERY_S:
+            if store.row is None or now <= store.row_end:
+                continue
+            if now - store.row_end >= ADVANCE_EVERY_S or store.row_end <= store.row[1]:
                 row_id, started, run, billing, price, _gb, _job = store.row
                 batch.append((row_id, now, started, run, billing, price))
                 store.row_end = now
