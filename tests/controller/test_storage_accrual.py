@@ -47,11 +47,17 @@ def _accrual(
                           rng=random.Random(7))  # fmt: skip
 
 
-def _job(engine: Engine, clock: VirtualClock, store: str, name: str = "train") -> int:
+def _job(
+    engine: Engine, clock: VirtualClock, store: str, name: str = "train", job_id: int | None = None
+) -> int:
     task = {"task_id": f"{name}-x", "spec": {"name": name}, "checkpoint": {"store": store}}
     with session_scope(engine) as session:
-        return create_job(session, name=name, task=task, owner="gl-test", actor="test",
-                          now=clock.now()).id  # fmt: skip
+        job = create_job(session, name=name, task=task, owner="gl-test", actor="test",
+                         now=clock.now())  # fmt: skip
+        if job_id is not None:  # an id taken earlier, committed only now
+            job.id = job_id
+            session.flush()
+        return job.id
 
 
 def _settle(accrual: StorageAccrual) -> None:
@@ -224,6 +230,39 @@ def test_a_later_job_on_the_same_store_takes_the_next_row(
     old, new = _rows(engine)
     assert (old.job_id, old.closed, old.ended_at) == (first, True, new.started_at)
     assert (new.job_id, new.task_name, new.quantity) == (second, "second", 0.001)
+
+
+def test_a_job_committed_after_a_later_one_is_still_learnt(
+    engine: Engine, clock: VirtualClock, tmp_path: Path
+) -> None:
+    _root, url = _store(tmp_path)
+    other = tmp_path / "other"
+    _fill(other, 1, MB)
+    _job(engine, clock, f"local://{tmp_path / 'empty'}", job_id=50)
+    accrual = _accrual(engine, clock)
+    _settle(accrual)  # job 50 seen, its store empty
+    _job(engine, clock, url, name="late", job_id=45)  # id 45 committed after id 50 was read
+    _job(engine, clock, f"local://{other}", name="next", job_id=51)
+    _settle(accrual)
+    assert sorted((r.job_id, r.task_name) for r in _rows(engine)) == [(45, "late"), (51, "next")]
+
+
+def test_a_long_store_url_is_keyed_by_its_hash_and_found_again_after_a_restart(
+    engine: Engine, clock: VirtualClock, tmp_path: Path
+) -> None:
+    root = tmp_path.joinpath(*["a-rather-long-directory-name"] * 8)
+    _fill(root, 1, MB)
+    url = f"local://{root}"
+    assert len(url) > 255
+    jid = _job(engine, clock, url)
+    t0 = clock.now()
+    _settle(_accrual(engine, clock))
+    (row,) = _rows(engine)
+    assert row.entry_key.startswith("storage:sha256:") and len(row.entry_key) < 100
+    clock.advance(HOUR)
+    _settle(_accrual(engine, clock))  # a new server: the same row goes on
+    (row,) = _rows(engine)
+    assert (row.job_id, row.closed, row.started_at, row.ended_at) == (jid, False, t0, t0 + HOUR)
 
 
 def test_storage_rows_reach_the_report_by_job_and_by_task(

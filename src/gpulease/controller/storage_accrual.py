@@ -53,7 +53,7 @@ from gpulease.storage.store import store_from_url
 log = logging.getLogger("gpulease.controller.storage_accrual")
 
 BILLING = "second"  # storage is billed by the second of the measured bytes
-RESCAN_IDS = 8  # the latest job ids read again each pass (a job committed after a later one)
+RESCAN_IDS = 8  # ids this far below the newest seen are read again while not seen yet
 RETRY_BASE_S = 60.0
 _MAX_SUBJECT = 200  # entry_key is 255 characters: a longer URL is keyed by its hash
 
@@ -104,6 +104,7 @@ class StorageAccrual:
     rng: random.Random = field(default_factory=random.Random)
     _stores: dict[str, _Store] = field(default_factory=dict)  # subject → store
     _last_job: int = 0
+    _recent: set[int] = field(default_factory=set)  # ids in (last - RESCAN_IDS, last] read
     _loaded: bool = False
     _pool: ThreadPoolExecutor | None = None
 
@@ -113,11 +114,14 @@ class StorageAccrual:
         now = self.clock.now()
         try:
             with session_scope(self.engine) as session:
-                moved = 0 if self._loaded else self._load_open_rows(session, now)
-                self._loaded = True
+                moved = 0
+                if self.pricing.bills_anything:
+                    moved += self._learn(session, now)
+                if not self._loaded:  # after the jobs: a hashed subject needs its job's URL
+                    moved += self._load_open_rows(session, now)
+                    self._loaded = True
                 if not self.pricing.bills_anything:
                     return moved
-                moved += self._learn(session, now)
                 moved += self._apply(session, now)
                 moved += self._advance(session, now)
         except BaseException:  # rolled back: read the open rows again on the next pass
@@ -161,15 +165,22 @@ class StorageAccrual:
             store = known or _Store(url, job_id=row.job_id, task_name=row.task_name)
             self._remember(store, row)
             self._stores[subject] = store
+            if store.job_id is not None and row.job_id != store.job_id:  # taken over meanwhile
+                moved += self._reopen(session, subject, store, row.quantity or 0.0, now)
         return moved
 
     def _learn(self, session: Session, now: float) -> int:
-        """Read the jobs not seen yet (and the last few again); a store goes with its latest job."""
+        """Read the jobs not seen yet — past the newest id seen, and any of the last few ids
+        that was not committed yet when it was passed; a store goes with its latest job."""
         low = max(0, self._last_job - RESCAN_IDS)
+        self._recent = {i for i in self._recent if i > low}
         stmt = select(Job.id, Job.task).where(Job.id > low).order_by(Job.id)
+        if self._recent:
+            stmt = stmt.where(Job.id.not_in(sorted(self._recent)))
         moved = 0
         for job_id, task in session.execute(stmt):
             self._last_job = max(self._last_job, job_id)
+            self._recent.add(job_id)
             url = _store_url(task)
             if url is None or self.pricing.price_of(url) <= 0:
                 continue
