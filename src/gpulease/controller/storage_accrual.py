@@ -2,9 +2,10 @@
 cost to keep — written through :mod:`gpulease.state.ledger`, once per cluster-loop pass.
 
 Each managed job has a checkpoint store (``Job.task["checkpoint"]["store"]``); the jobs are
-learnt incrementally (new job ids each pass), a store URL standing for the latest job that uses
-it. A store whose scheme is priced (:class:`~gpulease.storage.pricing.StoragePricing`, the
-config's ``cost:``) is measured — its bytes counted, :meth:`CheckpointStore.total_bytes` —
+learnt incrementally (new job ids each pass, and any of the last few ids not seen yet: a job
+committed after a later one), a store URL standing for the latest job that uses it. A store
+whose scheme is priced (:class:`~gpulease.storage.pricing.StoragePricing`, the config's
+``cost:``) is measured — its bytes counted, :meth:`CheckpointStore.total_bytes` —
 when this server has not measured it yet, then every ``measure_every_s``. A measurement is I/O
 (an S3 listing), so it runs on a background worker thread; a pass only submits the stores that
 are due and applies the results that are in, and never waits on I/O. A failed measurement is
@@ -18,8 +19,8 @@ Rows (``kind`` ``storage``, ``subject`` the store URL, ``quantity`` the GB = byt
 - a measurement with another byte count (or another owner job) closes the open row at the
   measurement's instant and opens the next there; one of 0 bytes closes it (billing stops);
 - between measurements each pass advances the open row's end to now (at most every
-  :data:`~gpulease.controller.accrual.ADVANCE_EVERY_S`), so a server down for an hour bills
-  that hour at its first pass back, once;
+  :data:`~gpulease.controller.accrual.ADVANCE_EVERY_S`; a row just opened at once), so a server
+  down for an hour bills that hour at its first pass back, once;
 - a scheme priced at 0 (``local`` by default) writes no rows, and is not measured.
 
 Finished jobs' stores keep being measured: the cloud bills the bytes until they are deleted.
