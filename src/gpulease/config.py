@@ -11,6 +11,12 @@ optional, and every section in it is optional. Sections read so far:
 ``budgets``
     spend caps per calendar period that warn, block launches or stop clusters (see
     :mod:`gpulease.cost.budgets`, docs/cost-budgets.md).
+``cost``
+    what the checkpoint stores cost to keep: ``cost.storage_usd_per_gb_month`` (per scheme,
+    ``{s3: 0.023, local: 0}`` by default — AWS S3 Standard us-east-1 list price, read
+    2026-12-01 — or one number for every scheme) and ``cost.storage_measure_every`` (how often
+    each store's bytes are counted, default ``1h``); see :mod:`gpulease.storage.pricing`,
+    docs/cost-ledger.md.
 """
 
 from __future__ import annotations

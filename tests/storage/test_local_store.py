@@ -200,3 +200,18 @@ def test_upload_refuses_a_checkpoint_that_is_not_complete(tmp_path: Path) -> Non
     assert store.all_steps() == []  # nothing left of either attempt
     with pytest.raises(UserInputError, match="already that step"):
         src.upload(5, src.path(5))
+
+
+def test_total_bytes_counts_every_file_under_the_root_complete_or_not(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "ckpt")
+    assert store.total_bytes() == 0  # no root yet
+    store.write(1, {"model.pt": b"w" * 1000})
+    complete = store.total_bytes()
+    assert complete == 1000 + (store.path(1) / MANIFEST).stat().st_size
+    (store.root / "step-2").mkdir()
+    (store.root / "step-2" / "model.pt.tmp").write_bytes(b"x" * 77)  # an upload cut off
+    (store.root / "notes.txt").write_bytes(b"n" * 5)  # not a checkpoint: still on the disk
+    os.symlink(store.path(1) / "model.pt", store.root / "link.pt")  # a link: not counted again
+    assert store.total_bytes() == complete + 77 + 5
+    store.delete(1)
+    assert store.total_bytes() == 77 + 5

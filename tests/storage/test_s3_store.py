@@ -395,6 +395,7 @@ def test_a_missing_bucket_is_a_user_input_error_naming_it(aws_env: str, tmp_path
         lambda: store.upload(1, _src(tmp_path)),
         lambda: store.download(1, tmp_path / "out"),
         lambda: store.delete(1),
+        store.total_bytes,
     ):
         with pytest.raises(UserInputError, match="bucket 'gl-no-such-bucket' does not exist"):
             action()
@@ -414,3 +415,16 @@ def test_missing_credentials_are_a_user_input_error(
 def test_a_missing_source_directory_is_refused(s3_env: str, tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="not a directory"):
         S3Store(s3_env).upload(1, tmp_path / "absent")
+
+
+def test_total_bytes_sums_every_object_under_the_prefix(s3_env: str, tmp_path: Path) -> None:
+    store = S3Store(s3_env, "runs/a")
+    assert store.total_bytes() == 0  # an empty prefix
+    store.upload(1, _src(tmp_path, {"model.pt": b"w" * 1234}))
+    s3 = store.client
+    s3.put_object(Bucket=s3_env, Key="runs/a/step-2/model.pt", Body=b"x" * 10)  # incomplete
+    s3.put_object(Bucket=s3_env, Key="runs/ab/other", Body=b"y" * 99)  # another prefix
+    s3.put_object(Bucket=s3_env, Key="top", Body=b"z" * 3)
+    manifest = s3.head_object(Bucket=s3_env, Key=store.key(1, MANIFEST))["ContentLength"]
+    assert store.total_bytes() == 1234 + manifest + 10
+    assert S3Store(s3_env).total_bytes() == 1234 + manifest + 10 + 99 + 3  # the whole bucket

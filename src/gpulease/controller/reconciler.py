@@ -30,6 +30,7 @@ from gpulease.controller.ports import AgentConnector
 from gpulease.controller.rules import ReconcileConfig
 from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
 from gpulease.controller.snapshot import Snapshot
+from gpulease.controller.storage_accrual import StorageAccrual
 from gpulease.controller.sweep import sweep_orphans
 from gpulease.providers.base import Provider
 from gpulease.state import Claim, ClusterStatus, NodeState, session_scope
@@ -63,6 +64,7 @@ class Reconciler:
         owner: str,
         config: ReconcileConfig | None = None,
         settings: LoopSettings | None = None,
+        storage: StorageAccrual | None = None,
     ) -> None:
         self.engine = engine
         self.providers = providers
@@ -74,6 +76,7 @@ class Reconciler:
         self.settings = settings or LoopSettings()
         self.observer = Observer(providers, agents)
         self.accrual = Accrual(engine, providers, clock)
+        self.storage = storage  # the checkpoint stores' storage rows (the server builds one)
         self.skeleton: Skeleton[Snapshot, Action] = Skeleton(
             self, engine, clock=clock, worker=self.worker, settings=self.settings
         )
@@ -105,13 +108,19 @@ class Reconciler:
             return list(session.scalars(stmt))
 
     def run_pass(self) -> bool:
-        """One step for every due cluster, then the cost ledger brought up to now (its writes
-        are bookkeeping, not progress); True when any step changed something."""
+        """One step for every due cluster, then the cost ledger brought up to now — the nodes'
+        rows, then the checkpoint stores' (:mod:`~gpulease.controller.storage_accrual`; its
+        writes are bookkeeping, not progress); True when any step changed something."""
         progress = self.skeleton.run_pass()
         try:
             self.accrual.run()
         except Exception:  # the ledger catches up on the next pass; the loop must go on
             log.exception("cost accrual failed")
+        if self.storage is not None:
+            try:
+                self.storage.run()
+            except Exception:  # as above: the open rows are read again on the next pass
+                log.exception("checkpoint storage accrual failed")
         return progress
 
     def reconcile(self, cluster_id: int) -> bool:

@@ -34,6 +34,7 @@ from gpulease.atomic import write_json_atomic
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.controller.storage_accrual import StorageAccrual
 from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
@@ -62,6 +63,7 @@ from gpulease.server.telemetry.prom import RelayedMetrics
 from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
 from gpulease.server.webui import Logins
 from gpulease.state import open_database, server_owner_id, session_scope
+from gpulease.storage.pricing import storage_pricing
 
 log = logging.getLogger("gpulease.server")
 
@@ -131,6 +133,7 @@ class _Parts:
     app: FastAPI
     relay: RelayThread | None = None
     server: uvicorn.Server | None = None
+    storage: StorageAccrual | None = None
 
 
 def _assemble(home: Path) -> _Parts:
@@ -150,13 +153,14 @@ def _assemble(home: Path) -> _Parts:
     agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs)
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
-    loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner),
-                      jobs=job_loop, budgets=budgets)  # fmt: skip
+    storage = StorageAccrual(engine, storage_pricing(cfg), clock)  # cost: storage rows
+    loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner,
+                                 storage=storage), jobs=job_loop, budgets=budgets)  # fmt: skip
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     service.budgets = budgets
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
-    parts = _Parts(engine, agents, loop, app=FastAPI())
+    parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage)
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
     collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs,
                                       budgets=budgets)  # fmt: skip
@@ -228,6 +232,8 @@ def serve(host: str, port: int) -> int:
         if parts.relay is not None:
             parts.relay.stop()
         parts.loop.stop()
+        if parts.storage is not None:
+            parts.storage.close()
         parts.agents.close()
         _remove_info(home)
         parts.engine.dispose()

@@ -8,8 +8,10 @@ step, which no reader takes and which :meth:`LocalStore.list_incomplete` names f
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,20 @@ class LocalStore:
                 shutil.copyfile(item, dest / item.name)
         if not verify_dir(dest):
             raise Permanent(f"checkpoint step {step} changed while it was downloaded")
+
+    def total_bytes(self) -> int:
+        """The size of every regular file under the root (complete or not, temp files too);
+        0 when the root is missing. Files removed while it walks are skipped."""
+        total = 0
+        for directory, _dirs, names in os.walk(self.root):
+            for name in names:
+                try:
+                    info = os.lstat(os.path.join(directory, name))
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    total += info.st_size
+        return total
 
     def delete(self, step: int) -> None:
         """Remove checkpoint ``step``: the manifest first, so a half-deleted one is incomplete."""

@@ -265,6 +265,12 @@ class S3Store:
         write_atomic(dest / MANIFEST, raw)
         log.debug("downloaded checkpoint step %d from %s", step, self.url)
 
+    def total_bytes(self) -> int:
+        """Σ ``Size`` of every object under the prefix (ListObjectsV2, every page), checkpoint
+        files or not; 0 for an empty prefix. Errors as every call here (a missing bucket is a
+        :class:`~gpulease.errors.UserInputError`, throttling a ``Retryable``)."""
+        return sum(size for _key, size in self._list(self._root()))
+
     def delete(self, step: int) -> None:
         """Delete checkpoint ``step``, the manifest first, then its data; no error when absent."""
         manifest_key = self.key(step, MANIFEST)

@@ -35,6 +35,11 @@ class CheckpointStore(Protocol):
     def delete(self, step: int) -> None:
         """Remove checkpoint ``step`` (no error when absent)."""
 
+    def total_bytes(self) -> int:
+        """Bytes the store holds, complete checkpoints or not (what its disk or bucket bills);
+        0 when it has nothing (a missing root, an empty prefix)."""
+        ...
+
 
 def store_from_url(url: str) -> CheckpointStore:
     """Return the store for ``url``: ``local://PATH`` (or a plain path), ``s3://BUCKET[/PREFIX]``.
