@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,13 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cost.databases import database  # noqa: E402
 from benchmarks.cost.synthetic import analyze, closed_history  # noqa: E402
 from sqlalchemy import Engine, insert, select, text  # noqa: E402
 
 from gpulease.clock import VirtualClock  # noqa: E402
 from gpulease.controller.accrual import ADVANCE_EVERY_S, Accrual  # noqa: E402
 from gpulease.providers.local import LocalProvider  # noqa: E402
-from gpulease.state import ClusterStatus, NodeState, make_engine, upgrade  # noqa: E402
+from gpulease.state import ClusterStatus, NodeState, upgrade  # noqa: E402
 from gpulease.state.models import Cluster, LedgerEntry, Node  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -148,32 +147,9 @@ def steady(accrual: Accrual, clock: VirtualClock, passes: int) -> tuple[list[flo
     return times, written
 
 
-def run_sqlite(args: Any) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="gpulease-accrual-bench-") as tmp:
-        engine = make_engine(f"sqlite:///{Path(tmp) / 'state.db'}")
-        try:
-            return bench("sqlite", engine, Path(tmp) / "local", args)
-        finally:
-            engine.dispose()
-
-
-def run_postgresql(args: Any) -> dict[str, Any]:
-    from tests.state.postgres import new_server, unavailable_reason
-
-    reason = unavailable_reason()
-    if reason:
-        raise SystemExit(f"PostgreSQL: {reason}")
-    server = new_server(f"accrualbench-{os.getpid()}")
-    server.start()
-    try:
-        engine = make_engine(server.create_database("accrualbench"))
-        with tempfile.TemporaryDirectory(prefix="gpulease-accrual-bench-") as tmp:
-            try:
-                return bench("postgresql", engine, Path(tmp) / "local", args)
-            finally:
-                engine.dispose()
-    finally:
-        server.stop()
+def run(kind: str, args: Any) -> dict[str, Any]:
+    with database(kind, "accrual-bench") as (engine, _url, folder):
+        return bench(kind, engine, folder / "local", args)
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -196,7 +172,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     results = []
     for kind in args.db.split(","):
-        found = run_sqlite(args) if kind == "sqlite" else run_postgresql(args)
+        found = run(kind, args)
         (RESULTS / f"accrual-{kind}.json").write_text(json.dumps(found, indent=2) + "\n")
         print(json.dumps(found), flush=True)
         results.append(found)

@@ -23,7 +23,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cost.databases import database  # noqa: E402
 from benchmarks.cost.synthetic import fill  # noqa: E402
 from sqlalchemy import Connection, Engine, text  # noqa: E402
 
@@ -40,7 +40,7 @@ from gpulease.cost.estimates import estimated_against_actual  # noqa: E402
 from gpulease.cost.overlap import Window  # noqa: E402
 from gpulease.cost.period import GROUPS, month_of  # noqa: E402
 from gpulease.cost.report import breakdown, cost_report, forecast  # noqa: E402
-from gpulease.state import make_engine, upgrade  # noqa: E402
+from gpulease.state import upgrade  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -122,37 +122,10 @@ def _parts(engine: Engine, now: float) -> dict[str, Callable[[], object]]:
     }
 
 
-def run_sqlite(args: Any) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="gpulease-cost-bench-") as tmp:
-        home = Path(tmp) / "home"
-        home.mkdir()
-        engine = make_engine(f"sqlite:///{home / 'state.db'}")
-        try:
-            return bench("sqlite", engine, home, {}, args)
-        finally:
-            engine.dispose()
-
-
-def run_postgresql(args: Any) -> dict[str, Any]:
-    from tests.state.postgres import new_server, unavailable_reason
-
-    reason = unavailable_reason()
-    if reason:
-        raise SystemExit(f"PostgreSQL: {reason}")
-    server = new_server(f"costbench-{os.getpid()}")
-    server.start()
-    try:
-        url = server.create_database("costbench")
-        engine = make_engine(url)
-        with tempfile.TemporaryDirectory(prefix="gpulease-cost-bench-") as tmp:
-            home = Path(tmp) / "home"
-            home.mkdir()
-            try:
-                return bench("postgresql", engine, home, {"GPULEASE_DB_URL": url}, args)
-            finally:
-                engine.dispose()
-    finally:
-        server.stop()
+def run(kind: str, args: Any) -> dict[str, Any]:
+    with database(kind, "cost-bench") as (engine, url, folder):
+        env = {} if kind == "sqlite" else {"GPULEASE_DB_URL": url}
+        return bench(kind, engine, folder / "home", env, args)
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -176,7 +149,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     results = []
     for kind in args.db.split(","):
-        found = run_sqlite(args) if kind == "sqlite" else run_postgresql(args)
+        found = run(kind, args)
         (RESULTS / f"{kind}.json").write_text(json.dumps(found, indent=2) + "\n")
         print(json.dumps(found), flush=True)
         results.append(found)

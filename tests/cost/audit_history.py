@@ -19,11 +19,11 @@ from gpulease.state.machines import ClusterStatus, JobStatus, NodeState
 from gpulease.state.models import (
     Cluster,
     Job,
-    LedgerEntry,
     Node,
     StatusChange,
     TelemetryPoint,
 )
+from tests.cost.ledger_rows import ledger_entry
 
 H, D = 3600.0, 86400.0
 NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
@@ -173,37 +173,25 @@ class History:
                 updated_at=start,
             )
         )
-        billed = end - start
         self.session.add(
-            LedgerEntry(
+            ledger_entry(
+                started_at=start,
+                ended_at=end,
                 entry_key=f"instance:{cid}:{start}",
-                kind="instance",
                 node_id=cid,
                 instance_id=f"i-{cid}",
                 cluster_id=cid,
                 cluster_name=name,
                 job_id=job_id,
                 task_name=name,
-                user="alice",
                 provider="aws",
                 region=region,
-                zone=None,
                 instance_type=itype,
                 accelerator=accelerator,
-                gpu_count=1,
                 pricing=pricing,
                 price_per_hour=price,
-                on_demand_price_per_hour=None,
-                quantity=None,
                 billing="second:60",
-                run_started_at=start,
-                started_at=start,
-                ended_at=end,
                 closed=closed,
-                billed_s=billed,
-                cost_usd=price * billed / H,
-                created_at=start,
-                updated_at=end,
             )
         )
         self.change(cid, "pending", start)

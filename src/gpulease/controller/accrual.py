@@ -9,9 +9,10 @@ TERMINATED, and every open ledger row, is brought up to *now* from timestamps:
   rule has ``,request``; until its termination is confirmed (the node TERMINATED);
 - a STOPPED node bills its volumes (a ``volume`` row: the launch's ``disk_gb`` × the provider's
   ``volume_usd_per_gb_month`` / 730 per hour) where the provider has that price;
-- the open row's end is advanced to now (never back; at most every ``ADVANCE_EVERY_S`` of its
-  clock while nothing else changes), so a pass repeated bills nothing twice and a server that
-  was down for an hour bills that hour on its first pass back;
+- the open row's end is advanced to now (never back; once every ``ADVANCE_EVERY_S`` of its
+  clock while nothing else changes — per-second rows by the database, in slices:
+  :mod:`~gpulease.controller.accrual_ticks`), so a pass repeated bills nothing twice and a
+  server that was down for an hour bills that hour on its first pass back;
 - the price in force: the plan's price (per node) on demand; for spot the provider's price as it
   changes — a provider with :class:`~gpulease.providers.base.SupportsPriceHistory` (the sim)
   gives each change's instant, and the row closes there and the next opens at the new price;

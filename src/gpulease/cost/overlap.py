@@ -11,36 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Double, and_, case, func, literal, or_, select
-from sqlalchemy.ext.compiler import compiles
+from sqlalchemy import ColumnElement, Double, and_, case, func, literal, or_, select
 from sqlalchemy.sql import Subquery
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.functions import FunctionElement
 
+from gpulease.state.ledger_days import day_of
 from gpulease.state.models import LedgerEntry
 
 LEDGER = LedgerEntry.__table__
 DAY_S = 86400.0
 
 
-class day_index(FunctionElement[int]):  # noqa: N801 - a SQL function, named like one
-    """``floor(t / 86400)``: the UTC day number of an epoch time ``t`` (``t`` ≥ 0)."""
-
-    type = BigInteger()
-    inherit_cache = True
-    name = "day_index"
-
-
-@compiles(day_index)
-def _day_index(element: day_index, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"CAST(floor(({compiler.process(element.clauses, **kw)}) / 86400.0) AS BIGINT)"
-
-
-@compiles(day_index, "sqlite")
-def _day_index_sqlite(element: day_index, compiler: SQLCompiler, **kw: Any) -> str:
-    # CAST truncates toward zero, which is floor for the non-negative times of the ledger; it
-    # needs no math functions (not every SQLite build has floor()).
-    return f"CAST(({compiler.process(element.clauses, **kw)}) / 86400.0 AS INTEGER)"
+day_index = day_of  # floor(t / 86400), the UTC day number: the rollup's own SQL function
 
 
 def greatest(a: ColumnElement[float], b: ColumnElement[float]) -> ColumnElement[float]:

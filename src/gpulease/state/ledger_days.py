@@ -65,6 +65,8 @@ def _day_of(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
 
 @compiles(day_of, "sqlite")
 def _day_of_sqlite(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
+    # CAST truncates toward zero, which is floor for the non-negative times of the ledger; it
+    # needs no math functions (not every SQLite build has floor())
     return f"CAST(({compiler.process(element.clauses, **kw)}) / 86400.0 AS INTEGER)"
 
 
