@@ -32,6 +32,8 @@ TABLES = {
     "ledger_entries",
     "provider_outages",
     "ledger_days",
+    "services",
+    "pools",
 }
 
 
@@ -105,6 +107,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0008_sla.py",
         "0009_ledger_days.py",
         "0010_ledger_indexes.py",
+        "0011_serving.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

@@ -49,6 +49,8 @@ from gpulease.state.machines import (
     InvalidTransition,
     JobStatus,
     NodeState,
+    PoolStatus,
+    ServiceStatus,
     Status,
     Timeout,
 )
@@ -59,7 +61,9 @@ from gpulease.state.models import (
     Job,
     LaunchIntent,
     Node,
+    Pool,
     ServerIdentity,
+    Service,
     StatusChange,
 )
 from gpulease.state.nodes import (
@@ -111,7 +115,11 @@ __all__ = [
     "LostRace",
     "Node",
     "NodeState",
+    "Pool",
+    "PoolStatus",
     "ServerIdentity",
+    "Service",
+    "ServiceStatus",
     "Status",
     "StatusChange",
     "Timeout",

@@ -1,11 +1,11 @@
 """Reconcile claims: a lock token and expiry on a cluster or job row, so that two reconcile
 workers never step the same entity at once (the dstack pipeline pattern), and the one
-"lost the race" exception every loop uses.
+"lost the race" exception every loop uses (services and pools are claimed the same way).
 
 Owns :class:`Claim`, :func:`claim`, :func:`claim_next`, :func:`renew`, :func:`release`,
 :func:`claim_guard` (the ``WHERE`` clause that makes a write count only while the claim is held),
 :func:`check_held` and :class:`LostRace`. It moves no statuses; it writes only the ``lock_*`` and
-``last_processed_at`` columns of ``clusters`` and ``jobs``.
+``last_processed_at`` columns of ``clusters``, ``jobs``, ``services`` and ``pools``.
 
 A worker claims in a short transaction of its own and commits, does the slow work (provider calls)
 outside any transaction, then writes back guarded by the claim (``set_status(…, claim=c)``) and
@@ -23,10 +23,10 @@ from sqlalchemy import ColumnElement, CursorResult, and_, exists, func, or_, sel
 from sqlalchemy.orm import Session
 
 from gpulease.state.machines import ClusterStatus
-from gpulease.state.models import Cluster, Job, LaunchIntent, Node
+from gpulease.state.models import Cluster, Job, LaunchIntent, Node, Pool, Service
 
-Claimable: TypeAlias = type[Cluster] | type[Job]
-_KINDS: dict[str, Claimable] = {"cluster": Cluster, "job": Job}
+Claimable: TypeAlias = type[Cluster] | type[Job] | type[Service] | type[Pool]
+_KINDS: dict[str, Claimable] = {"cluster": Cluster, "job": Job, "service": Service, "pool": Pool}
 
 
 class LostRace(Exception):
@@ -43,7 +43,7 @@ class Claim:
     worker: str
     token: str
     until: float
-    kind: str = "cluster"  # cluster | job
+    kind: str = "cluster"  # cluster | job | service | pool
 
     @property
     def model(self) -> Claimable:

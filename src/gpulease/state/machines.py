@@ -2,8 +2,9 @@
 
 Pure data and pure functions, no database. Owns:
 
-- :class:`ClusterStatus`, :class:`NodeState`, :class:`IntentStatus`, :class:`JobStatus` — the
-  status enums;
+- :class:`ClusterStatus`, :class:`NodeState`, :class:`IntentStatus`, :class:`JobStatus`,
+  :class:`ServiceStatus` (services: replicas behind a load balancer), :class:`PoolStatus`
+  (pools of nodes for managed jobs) — the status enums;
 - ``TRANSITIONS[enum][from]`` — the set of statuses each status may move to (a self-loop is
   allowed only where listed: ``PROVISIONING → PROVISIONING`` is a failover,
   ``TERMINATING → TERMINATING`` a re-issued terminate);
@@ -91,8 +92,39 @@ class JobStatus(_StatusEnum):
     CANCELLED = "cancelled"  # cancelled and nothing of it runs any more (final)
 
 
-Status: TypeAlias = ClusterStatus | NodeState | IntentStatus | JobStatus
-StatusEnum: TypeAlias = type[ClusterStatus] | type[NodeState] | type[IntentStatus] | type[JobStatus]
+class ServiceStatus(_StatusEnum):
+    """The status of a service: replica clusters behind the server's load balancer."""
+
+    PENDING = "pending"  # written; no replica launched yet
+    STARTING = "starting"  # replicas are launching; none is ready (or none is any more)
+    READY = "ready"  # at least one replica serves (or none is wanted: scaled to zero)
+    UPDATING = "updating"  # a rolling update: new replicas start before old ones drain
+    FAILED = "failed"  # no replica could be made ready (launches or readiness kept failing)
+    SHUTTING_DOWN = "shutting_down"  # serve down: replicas draining and being terminated
+    DOWN = "down"  # every replica terminated and the endpoint closed (final)
+
+
+class PoolStatus(_StatusEnum):
+    """The status of a pool: nodes kept for managed jobs, sized by the queue."""
+
+    PENDING = "pending"  # written; no node launched yet
+    READY = "ready"  # the pool serves jobs (its nodes grow and shrink with the queue)
+    FAILED = "failed"  # its nodes could not be launched
+    SHUTTING_DOWN = "shutting_down"  # pool down: nodes being terminated
+    DOWN = "down"  # every node terminated (final)
+
+
+Status: TypeAlias = (
+    ClusterStatus | NodeState | IntentStatus | JobStatus | ServiceStatus | PoolStatus
+)
+StatusEnum: TypeAlias = (
+    type[ClusterStatus]
+    | type[NodeState]
+    | type[IntentStatus]
+    | type[JobStatus]
+    | type[ServiceStatus]
+    | type[PoolStatus]
+)
 
 _C = ClusterStatus
 _N = NodeState
@@ -146,12 +178,36 @@ _JOB: dict[Status, frozenset[Status]] = {
     _J.CANCELLED: frozenset(),
 }
 
+_S = ServiceStatus
+
+_SERVICE: dict[Status, frozenset[Status]] = {
+    _S.PENDING: frozenset({_S.STARTING, _S.FAILED, _S.SHUTTING_DOWN}),
+    _S.STARTING: frozenset({_S.READY, _S.UPDATING, _S.FAILED, _S.SHUTTING_DOWN}),
+    _S.READY: frozenset({_S.STARTING, _S.UPDATING, _S.FAILED, _S.SHUTTING_DOWN}),
+    _S.UPDATING: frozenset({_S.READY, _S.STARTING, _S.FAILED, _S.SHUTTING_DOWN}),
+    _S.FAILED: frozenset({_S.STARTING, _S.UPDATING, _S.SHUTTING_DOWN}),
+    _S.SHUTTING_DOWN: frozenset({_S.SHUTTING_DOWN, _S.DOWN}),
+    _S.DOWN: frozenset(),
+}
+
+_P = PoolStatus
+
+_POOL: dict[Status, frozenset[Status]] = {
+    _P.PENDING: frozenset({_P.READY, _P.FAILED, _P.SHUTTING_DOWN}),
+    _P.READY: frozenset({_P.FAILED, _P.SHUTTING_DOWN}),
+    _P.FAILED: frozenset({_P.READY, _P.SHUTTING_DOWN}),
+    _P.SHUTTING_DOWN: frozenset({_P.SHUTTING_DOWN, _P.DOWN}),
+    _P.DOWN: frozenset(),
+}
+
 TRANSITIONS: Final[Mapping[StatusEnum, Mapping[Status, frozenset[Status]]]] = MappingProxyType(
     {
         ClusterStatus: MappingProxyType(_CLUSTER),
         NodeState: MappingProxyType(_NODE),
         IntentStatus: MappingProxyType(_INTENT),
         JobStatus: MappingProxyType(_JOB),
+        ServiceStatus: MappingProxyType(_SERVICE),
+        PoolStatus: MappingProxyType(_POOL),
     }
 )
 """``TRANSITIONS[ClusterStatus][ClusterStatus.RUNNING]`` → the statuses RUNNING may move to."""
@@ -162,6 +218,8 @@ INITIAL: Final[Mapping[StatusEnum, Status]] = MappingProxyType(
         NodeState: NodeState.PROVISIONING,
         IntentStatus: IntentStatus.PENDING,
         JobStatus: JobStatus.PENDING,
+        ServiceStatus: ServiceStatus.PENDING,
+        PoolStatus: PoolStatus.PENDING,
     }
 )
 """The status a new row starts in."""
@@ -175,6 +233,8 @@ FINAL: Final[frozenset[Status]] = frozenset(
         JobStatus.SUCCEEDED,
         JobStatus.FAILED,
         JobStatus.CANCELLED,
+        ServiceStatus.DOWN,
+        PoolStatus.DOWN,
     }
 )
 """Statuses with no way out."""
@@ -237,6 +297,24 @@ TRANSIENT_TIMEOUTS: Final[Mapping[StatusEnum, Mapping[Status, Timeout]]] = Mappi
                 ),
                 _J.CANCELLING: Timeout(
                     30 * _MIN, _J.CANCELLING, "re-issue the teardown; never assume it gone"
+                ),
+            }
+        ),
+        ServiceStatus: MappingProxyType(
+            {
+                _S.PENDING: Timeout(10 * _MIN, _S.FAILED, "no loop started it"),
+                _S.STARTING: Timeout(60 * _MIN, _S.FAILED, "no replica became ready"),
+                _S.UPDATING: Timeout(60 * _MIN, _S.FAILED, "the new replicas never got ready"),
+                _S.SHUTTING_DOWN: Timeout(
+                    30 * _MIN, _S.SHUTTING_DOWN, "re-issue the teardown; never assume it gone"
+                ),
+            }
+        ),
+        PoolStatus: MappingProxyType(
+            {
+                _P.PENDING: Timeout(10 * _MIN, _P.FAILED, "no loop started it"),
+                _P.SHUTTING_DOWN: Timeout(
+                    30 * _MIN, _P.SHUTTING_DOWN, "re-issue the teardown; never assume it gone"
                 ),
             }
         ),

@@ -113,6 +113,10 @@ class Cluster(Base):
     lock_expires_at: Mapped[float | None]
     last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
     job_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the managed job it serves
+    # a service's replica (migration 0011): the service and the version of it the replica runs
+    service_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    replica_version: Mapped[int | None] = mapped_column(Integer)
+    pool_id: Mapped[int | None] = mapped_column(Integer, index=True)  # a pool's node
     failure: Mapped[str | None] = mapped_column(String(16))  # FAILED why: infra | task | launch
     # with failure "task": {rank, state, step, exit_code, signal, detail} of the failed node
     task_failure: Mapped[dict[str, Any] | None]
@@ -286,6 +290,7 @@ from gpulease.state.records import (  # noqa: E402
     ProviderOutage,
     TelemetryPoint,
 )
+from gpulease.state.serving import Pool, Service  # noqa: E402
 
 __all__ = [
     "NAMING_CONVENTION",
@@ -296,8 +301,10 @@ __all__ = [
     "LedgerDay",
     "LedgerEntry",
     "Node",
+    "Pool",
     "ProviderOutage",
     "ServerIdentity",
+    "Service",
     "StatusChange",
     "StatusType",
     "TelemetryPoint",

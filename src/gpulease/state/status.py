@@ -1,5 +1,5 @@
-"""Status changes of clusters, nodes, launch intents and managed jobs: the only writer of every
-status column.
+"""Status changes of clusters, nodes, launch intents, managed jobs, services and pools: the only
+writer of every status column.
 
 Owns :func:`set_status` (checks the transition table, then a compare-and-set
 ``UPDATE … WHERE id = :id AND status = :expected`` — optionally guarded by a reconcile claim — and
@@ -25,20 +25,24 @@ from gpulease.state.machines import (
     IntentStatus,
     JobStatus,
     NodeState,
+    PoolStatus,
+    ServiceStatus,
     Status,
     StatusEnum,
     check_transition,
     timeout_exit,
 )
-from gpulease.state.models import Cluster, Job, LaunchIntent, Node, StatusChange
+from gpulease.state.models import Cluster, Job, LaunchIntent, Node, Pool, Service, StatusChange
 
-Entity: TypeAlias = Cluster | Node | LaunchIntent | Job
+Entity: TypeAlias = Cluster | Node | LaunchIntent | Job | Service | Pool
 
 _KIND: dict[type[Entity], tuple[str, str, StatusEnum]] = {
     Cluster: ("cluster", "status", ClusterStatus),
     Node: ("node", "state", NodeState),
     LaunchIntent: ("intent", "status", IntentStatus),
     Job: ("job", "status", JobStatus),
+    Service: ("service", "status", ServiceStatus),
+    Pool: ("pool", "status", PoolStatus),
 }
 
 
@@ -50,7 +54,8 @@ def _machine(model: type[Entity]) -> tuple[str, str, StatusEnum]:
 
 
 def entity_kind(entity: Entity) -> str:
-    """``cluster``, ``node``, ``intent`` or ``job``: the ``entity_kind`` of its history rows."""
+    """``cluster``, ``node``, ``intent``, ``job``, ``service`` or ``pool``: the ``entity_kind`` of
+    its history rows."""
     return _machine(type(entity))[0]
 
 
