@@ -168,7 +168,7 @@ def _world(engine: Engine, *, min_nodes: int, max_nodes: int, idle_s: float = 30
     clock = VirtualClock()
     provider, agents = FakeProvider(), TaskAgents()
     settings = LoopSettings(resting_every_s=0.0)
-    loops = [
+    loops: list[_Pass] = [
         Reconciler(engine, {"fake": provider}, agents, clock=clock, owner=OWNER, settings=settings),
         JobReconciler(engine, {"fake": provider}, agents, clock=clock, owner=OWNER),
         PoolReconciler(engine, clock=clock, owner=OWNER),
