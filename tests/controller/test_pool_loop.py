@@ -2,8 +2,8 @@
 virtual time, with the provider double and agents that keep one task per task id: a pool grows
 with a queue of managed jobs (up to max), a node whose job succeeded takes the next job (its
 setup ran once), idle nodes go after the idle timeout down to min, a preempted node's job
-recovers onto a new node, and ``pool down`` terminates every node (a job still queued then
-fails) and leaves nothing running."""
+recovers onto a new node, and ``pool down`` terminates every node (the jobs on it and queued for
+it then fail) and leaves nothing running."""
 
 from __future__ import annotations
 
@@ -226,8 +226,10 @@ def test_a_pool_grows_with_the_queue_reuses_nodes_and_shrinks_when_idle(engine: 
     assert "idle for 300 s" in pool.decisions[-1]["reason"]
 
 
-def test_a_preempted_node_s_job_recovers_onto_a_new_node(engine: Engine) -> None:
-    world = _world(engine, min_nodes=0, max_nodes=2)
+def test_a_preempted_node_s_job_recovers_on_a_new_node_and_pool_down_ends_it(
+    engine: Engine,
+) -> None:
+    world = _world(engine, min_nodes=0, max_nodes=1)
     job_id = world.new_job("spot")
     world.until(lambda: world.status(job_id) is J.RUNNING, "the job to run")
     lost = _on(world, job_id)
@@ -237,26 +239,19 @@ def test_a_preempted_node_s_job_recovers_onto_a_new_node(engine: Engine) -> None
                    now=world.clock.now())  # fmt: skip
     world.until(lambda: world.job(job_id).attempt == 2 and world.status(job_id) is J.RUNNING,
                 "the job to run again")  # fmt: skip
-    world.until(lambda: {n.status for n in world.nodes() if n.id == lost} == {C.TERMINATED},
-                "the preempted node to be gone")  # fmt: skip
     job = world.job(job_id)
     now_on = _on(world, job_id)
-    assert now_on != lost and job.recoveries == 1 and job.attempt == 2
+    assert now_on != lost and job.recoveries == 1
     by_id = {n.id: n for n in world.nodes()}
-    assert by_id[lost].status is C.TERMINATED and by_id[now_on].pool_id is not None
+    assert by_id[lost].status in (C.TERMINATING, C.TERMINATED) and by_id[now_on].pool_id
 
-
-def test_pool_down_terminates_every_node_and_a_queued_job_fails(engine: Engine) -> None:
-    world = _world(engine, min_nodes=1, max_nodes=1)
-    busy = world.new_job("busy")
-    world.until(lambda: world.status(busy) is J.RUNNING, "the job to run")
-    queued = world.new_job("queued")
+    queued = world.new_job("queued")  # max 1: it waits
     world.until(lambda: world.status(queued) is J.RECOVERING, "the second job to queue")
     world.pool_down()
     world.until(lambda: world.pool().status is P.DOWN, "the pool to be down")
     assert all(n.status is C.TERMINATED for n in world.nodes())
     assert world.provider.live() == []
-    world.until(lambda: world.status(busy) is J.FAILED, "the job on it to fail")
-    for job_id in (busy, queued):
-        job = world.job(job_id)
+    world.until(lambda: world.status(job_id) is J.FAILED, "the job on it to fail")
+    for gone in (job_id, queued):
+        job = world.job(gone)
         assert job.status is J.FAILED and "pool p is" in (job.last_error or ""), job.events
