@@ -123,6 +123,13 @@ def test_an_unreachable_target_names_the_figures() -> None:
     assert "even lightly loaded" in miss and "TTFT 100.0 ms" in miss
 
 
+def test_a_rate_beyond_the_replicas_searched_says_so() -> None:
+    miss = replicas_for(MODEL, 1e9, Targets(latency_p95_s=60.0))
+    assert miss == "needs more than 100,000 replicas for 1e+09 requests/s"
+    no_room = replace(MODEL, max_batch=0)
+    assert replicas_for(no_room, 1.0, Targets()) == "the replica cannot serve one request at a time"
+
+
 def test_each_target_is_checked() -> None:
     figures = latency_at(MODEL, 1.0)
     assert figures is not None

@@ -28,7 +28,14 @@ import math
 from dataclasses import dataclass
 
 from gpulease.catalog.types import AcceleratorSpec
-from gpulease.estimate.latency import Latency, ReplicaModel, Targets, latency_at, replicas_for
+from gpulease.estimate.latency import (
+    MAX_REPLICAS,
+    Latency,
+    ReplicaModel,
+    Targets,
+    latency_at,
+    replicas_for,
+)
 from gpulease.estimate.memory import (
     CUDA_OVERHEAD_GB,
     GB,
@@ -128,6 +135,8 @@ def _targets(workload: Workload) -> Targets:
 def _sized(replica: _Replica, load: _Load, targets: Targets) -> tuple[int, Latency] | str:
     """Replicas of this degree for the load (throughput, then latency), or why none serve."""
     by_throughput = math.ceil(load.rps * (load.prompt + load.output) / replica.tokens_per_second)
+    if by_throughput > MAX_REPLICAS:
+        return f"needs more than {MAX_REPLICAS:,} replicas for {load.rps:g} requests/s"
     return replicas_for(replica.model, load.rps, targets, at_least=max(1, by_throughput))
 
 
@@ -142,9 +151,9 @@ def _choose(
             if per_gpu > SMALLER_TP_PREFERENCE * best.tokens_per_second / best.tp:
                 best = replica
         sized = _sized(best, load, targets)
-        if isinstance(sized, str):  # the load is never served: say so, size by throughput
+        if isinstance(sized, str):  # not served by any replica count searched: by throughput
             count = math.ceil(load.rps * (load.prompt + load.output) / best.tokens_per_second)
-            return best, max(1, count), latency_at(best.model, 0.0), None
+            return best, max(1, count), None, None
         return best, sized[0], sized[1], None
     met: list[tuple[int, int, int, _Replica, Latency]] = []
     miss = ""

@@ -163,8 +163,9 @@ def replicas_for(
     model: ReplicaModel, requests_per_second: float, targets: Targets, *, at_least: int = 1
 ) -> tuple[int, Latency] | str:
     """The fewest replicas (≥ ``at_least``) whose share of ``requests_per_second`` each
-    serves within ``targets``, with the figures there; or why none does (the figures of a
-    lightly loaded replica, which no number of replicas improves on)."""
+    serves within ``targets``, with the figures there; or why none does (the figures of an
+    idle replica, which no number of replicas improves on, or the replica count searched).
+    ``at_least`` must not exceed :data:`MAX_REPLICAS`."""
 
     def ok(replicas: int) -> Latency | None:
         figures = latency_at(model, requests_per_second / replicas)
@@ -172,13 +173,13 @@ def replicas_for(
             return None
         return figures
 
-    floor = latency_at(model, requests_per_second / MAX_REPLICAS)
-    if floor is None or targets.misses(floor):
-        idle = floor or latency_at(model, 0.0)
-        if idle is None:
-            return "the replica cannot serve one request at a time"
-        missed = "; ".join(targets.misses(idle)) or "the rate is not served"
-        return f"{missed}, even lightly loaded ({idle.describe()})"
+    idle = latency_at(model, 0.0)  # the best a replica does: alone
+    if idle is None:
+        return "the replica cannot serve one request at a time"
+    if missed := targets.misses(idle):
+        return f"{'; '.join(missed)}, even lightly loaded ({idle.describe()})"
+    if ok(MAX_REPLICAS) is None:
+        return f"needs more than {MAX_REPLICAS:,} replicas for {requests_per_second:g} requests/s"
     low, high = at_least, at_least
     while ok(high) is None:  # double, then bisect: latency falls as replicas grow
         low, high = high, min(high * 2, MAX_REPLICAS)
