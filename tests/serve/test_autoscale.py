@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -339,6 +340,35 @@ def test_from_spec_maps_the_service_section() -> None:
     assert (zero.min_replicas, zero.max_replicas) == (0, 1)
     with pytest.raises(UserInputError, match=r"service\.autoscale\.down\.below"):
         AutoscalePolicy.from_spec(_Service(_Range(1, 4), _Scale(down=_Rule(0.9, 1, 300))))
+
+
+SERVICE_YAML = """\
+name: digits
+run: python app.py
+service:
+  port: 8080
+  replicas: {min: 1, max: 8}
+  autoscale:
+    metric: qps
+    target_per_replica: 20
+    up:   {above: 0.8, add: 2, for: 60s}
+    down: {below: 0.3, remove: 1, for: 5m}
+  spot: {on_demand_base: 1, spot_share: 0.75}
+"""
+
+
+def test_from_spec_reads_a_service_file(tmp_path: Path) -> None:
+    """The real ``spec.ServiceSpec`` (issue 17's spec helper); skipped until it is on main."""
+    pytest.importorskip("gpulease.spec.service")
+    from gpulease.spec import load_task
+
+    path = tmp_path / "service.yaml"
+    path.write_text(SERVICE_YAML)
+    service = getattr(load_task(path), "service", None)
+    assert service is not None
+    policy = AutoscalePolicy.from_spec(service)
+    assert (policy.min_replicas, policy.max_replicas, policy.metric) == (1, 8, "qps")
+    assert (policy.target_per_replica, policy.down_for_s, policy.spot_share) == (20, 300, 0.75)
 
 
 # --- properties -------------------------------------------------------------------------------
