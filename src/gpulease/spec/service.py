@@ -291,7 +291,7 @@ class ReadinessProbe(_Model):
 
 def _replicas(value: object) -> object:
     """``replicas: 2`` is short for ``{min: 2, max: 2}``."""
-    if isinstance(value, int | str) and not isinstance(value, bool):
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
         return {"min": value, "max": value}
     return value
 
