@@ -25,6 +25,7 @@ from gpulease.spec import (
     task_from_dict,
 )
 from gpulease.spec.pool import PoolSpec
+from gpulease.spec.serve_fields import format_ports, format_seconds, parse_ports, parse_seconds
 from gpulease.spec.service import (
     AutoscaleSpec,
     ReadinessProbe,
@@ -34,10 +35,6 @@ from gpulease.spec.service import (
     ScaleUp,
     ServiceSpec,
     ServiceSpot,
-    format_ports,
-    format_seconds,
-    parse_ports,
-    parse_seconds,
 )
 
 from .conftest import FIXTURES

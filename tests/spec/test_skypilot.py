@@ -112,7 +112,7 @@ def test_service_on_kubernetes() -> None:
     joined = "\n".join(messages)
     for field in ("secrets", "config"):
         assert f"{field}: ignored" in joined
-    assert "service" not in joined and "resources.ports" not in joined
+    assert ": service" not in joined and "resources.ports" not in joined
     assert "kubernetes context 'my-context' is ignored" in joined
 
 

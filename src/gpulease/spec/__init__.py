@@ -4,7 +4,8 @@ Modules (private unless re-exported here):
 
 - ``models``        Task / Resources / AcceleratorRequest / Candidate / … (the contract)
 - ``workload``      Workload / ModelSpec (re-exported by ``models``)
-- ``service``       the ``service:`` section (ServiceSpec and its parts), seconds, ports
+- ``service``       the ``service:`` section (ServiceSpec and its parts)
+- ``serve_fields``  field types of services and pools: seconds, ports, counts
 - ``pool``          the ``pool:`` section of a pool file (PoolSpec)
 - ``base``          the configuration every model shares
 - ``quantities``    field types of ``7B``, ``36h``, ``$500``, ``32+``: read, written, described

@@ -59,7 +59,8 @@ from gpulease.spec.quantities import (
     PositiveDuration,
     PositiveInt,
 )
-from gpulease.spec.service import PortList, ServiceSpec
+from gpulease.spec.serve_fields import PortList
+from gpulease.spec.service import ServiceSpec
 from gpulease.spec.workload import (
     Architecture,
     ModelSpec,

@@ -17,7 +17,7 @@ from typing import Self
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpulease.spec.base import SpecModel as _Model
-from gpulease.spec.service import Count, Seconds, Step
+from gpulease.spec.serve_fields import Count, Seconds, Step
 
 __all__ = ["DEFAULT_MAX_NODES", "PoolSpec"]
 
