@@ -38,7 +38,7 @@ from gpulease.spec.service import (
 )
 
 from .conftest import FIXTURES
-from .strategies import examples
+from .strategies import examples, yaml_like, yaml_scalars
 
 SERVE = FIXTURES / "serve"
 SKYPILOT = FIXTURES / "skypilot"
@@ -355,6 +355,8 @@ def test_skypilot_pools() -> None:
     joined = "\n".join(messages)
     assert "pool.queue_length_threshold: ignored" in joined
     assert "pool.upscale_delay_seconds: ignored" in joined
+    _, messages = _parse("pool: {max_workers: 3, queue_length_threshold: 1}\n")
+    assert len(messages) == 1  # read as SkyPilot; a threshold of one job is what gpulease does
 
 
 def test_every_service_in_the_skypilot_corpus_is_read_as_a_service() -> None:
@@ -489,3 +491,67 @@ def test_bad_values_raise_the_spec_error_naming_the_field(
             parse_task_with_warnings(yaml.safe_dump(data), "t.yaml")
         assert from_yaml.value.field == caught.value.field
         assert from_yaml.value.line is not None
+
+
+_SERVICE_KEYS = ["port", "ports", "readiness_probe", "replicas", "replica_policy", "autoscale",
+                 "spot", "load_balancing_policy", "tls", "pool"]  # fmt: skip
+_POLICY_KEYS = ["min_replicas", "max_replicas", "target_qps_per_replica", "upscale_delay_seconds",
+                "downscale_delay_seconds", "base_ondemand_fallback_replicas",
+                "dynamic_ondemand_fallback", "num_overprovision", "spot_zones"]  # fmt: skip
+_PROBE_KEYS = ["path", "initial_delay_seconds", "initial_delay", "timeout_seconds", "timeout",
+               "post_data", "headers"]  # fmt: skip
+_VALUES = st.one_of(yaml_scalars, st.sampled_from(["/health", "20s", "5m", 8080, 2.5, True, []]))
+_skyserve = st.fixed_dictionaries(
+    {},
+    optional={
+        "service": st.dictionaries(
+            st.sampled_from(_SERVICE_KEYS),
+            st.one_of(
+                _VALUES,
+                st.dictionaries(st.sampled_from(_POLICY_KEYS), _VALUES, max_size=4),
+                st.dictionaries(st.sampled_from(_PROBE_KEYS), _VALUES, max_size=3),
+                yaml_like,
+            ),
+            max_size=4,
+        ),
+        "pool": st.one_of(
+            yaml_like,
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "workers",
+                        "min_workers",
+                        "max_workers",
+                        "min_nodes",
+                        "max_nodes",
+                        "idle_timeout",
+                        "queue_length_threshold",
+                    ]
+                ),
+                _VALUES,
+                max_size=3,
+            ),
+        ),
+        "resources": st.fixed_dictionaries(
+            {}, optional={"use_spot": _VALUES, "ports": st.one_of(_VALUES, st.lists(_VALUES))}
+        ),
+    },
+)
+
+
+@examples(150)
+@given(_skyserve)
+def test_skyserve_shaped_tasks_give_a_task_or_a_spec_error(data: dict[str, Any]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for call in (
+            lambda: task_from_dict(data),
+            lambda: parse_task_with_warnings(yaml.safe_dump(data), "t.yaml")[0],
+        ):
+            try:
+                task = call()
+            except SpecError as error:
+                assert error.message and "pydantic" not in error.message
+                continue
+            assert isinstance(task, Task)
+            assert parse_task(dump_task(task)) == task

@@ -64,6 +64,7 @@ _IGNORED_POOL = {
     "upscale_delay_seconds": "the pool grows as soon as a job waits",
     "queue_length_threshold": "the pool grows as soon as a job waits",
 }
+_POOL_SAME = {"upscale_delay_seconds": 0, "queue_length_threshold": 1}
 _SPOT_WORDS = {"true", "yes", "on"}
 
 
@@ -252,7 +253,10 @@ def translate_pool(step: Pass, data: dict[Any, Any]) -> None:
             for name in moves[key]:
                 step.put(out, _POOL, name, value, where)
         elif key in _IGNORED_POOL:
-            _ignore(step, where, _IGNORED_POOL[key])
+            step.skypilot_field(where)
+            same = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (same and value == _POOL_SAME[key]):  # one waiting job, no delay: as here
+                _ignore(step, where, _IGNORED_POOL[key])
         else:
             step.put(out, _POOL, key, value, where)
     data["pool"] = out
