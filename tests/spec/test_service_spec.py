@@ -312,6 +312,9 @@ def test_use_spot_alone_puts_every_replica_on_spot() -> None:
     assert service.spot == ServiceSpot(on_demand_base=0, spot_share=1.0)
     kept = _service("resources: {use_spot: true}\nservice: {spot: {spot_share: 0.5}}\n")
     assert kept.spot == ServiceSpot(on_demand_base=1, spot_share=0.5)
+    task, _ = _parse("resources: {use_spot: true}\nservice: {spot: {}}\n")
+    assert task.service is not None and task.service.spot == ServiceSpot()
+    assert parse_task(dump_task(task)) == task  # the default mix is written back as spot: {}
 
 
 def test_per_accelerator_qps_targets_use_the_lowest() -> None:
@@ -418,9 +421,11 @@ _services = st.builds(
 
 
 @examples(60)
-@given(_services, st.lists(st.integers(min_value=1, max_value=65535), max_size=4))
-def test_any_valid_service_round_trips_through_yaml(service: ServiceSpec, ports: list[int]) -> None:
-    task = Task(service=service, resources={"ports": ports})  # type: ignore[arg-type]
+@given(_services, st.lists(st.integers(min_value=1, max_value=65535), max_size=4), st.booleans())
+def test_any_valid_service_round_trips_through_yaml(
+    service: ServiceSpec, ports: list[int], spot: bool
+) -> None:
+    task = Task(service=service, resources={"ports": ports, "use_spot": spot})  # type: ignore[arg-type]
     assert parse_task(dump_task(task)) == task
     assert Task.model_validate(task.model_dump()) == task
 

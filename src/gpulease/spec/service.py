@@ -232,10 +232,12 @@ class ServiceSpec(_Model):
         return self
 
     @model_serializer(mode="wrap")
-    def _always_port(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """``port`` is always written: a task's ``resources.ports`` must not replace it when the
-        task is read back."""
+    def _always_port_and_spot(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``port`` and ``spot`` are always written (``spot: {}`` for the default mix), so that
+        reading the task back derives neither again: not the port from ``resources.ports``, not
+        an all-spot mix from ``resources.use_spot``."""
         data: dict[str, Any] = handler(self)
-        if isinstance(data, Mapping) and "port" not in data:
-            data = {"port": self.port, **data}
+        if isinstance(data, Mapping):
+            data = {"port": self.port, **data} if "port" not in data else data
+            data.setdefault("spot", {})
         return data
