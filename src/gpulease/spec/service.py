@@ -12,10 +12,12 @@ services loop; keep names and types stable):
 - ``replicas: {min, max}`` with ``max > min`` and no ``autoscale:`` autoscales with the default
   rule (:class:`AutoscaleSpec()`), so ``autoscale`` is None only for a fixed count.
 
+- ``port`` and ``spot`` are always written by ``dump_task`` (``spot: {}`` for the default), so a
+  task read back derives neither again (from ``resources.ports`` / ``resources.use_spot``).
+
 Its field types (durations in seconds, ports, counts) are in :mod:`gpulease.spec.serve_fields`.
-SkyPilot's spellings
-(``replica_policy``, ``initial_delay_seconds``, …) are translated before validation by
-:mod:`gpulease.spec.skypilot_serve`. Moves no states.
+SkyPilot's spellings (``replica_policy``, ``initial_delay_seconds``, …) are translated before
+validation by :mod:`gpulease.spec.skypilot_serve`. Moves no states.
 """
 
 from __future__ import annotations
