@@ -74,6 +74,7 @@ def test_a_pool_grows_with_the_queue_and_shrinks_when_idle(
         wait_until(lambda: all(api.job(i)["status"] == "succeeded" for i in ids) or None, 30,
                    "every job to succeed")  # fmt: skip
         assert setups.read_text().count("up") == 2  # once per node: the third job reused one
+        assert all(api.job(i)["cost"]["spent_usd"] > 0 for i in ids)  # billed while on a node
 
         def shrunk() -> dict[str, Any] | None:
             view = api.pool_status("gpus")

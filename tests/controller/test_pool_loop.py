@@ -1,12 +1,13 @@
 """The pools loop with the cluster and jobs loops on a real DB (SQLite and PostgreSQL), in
 virtual time, with the provider double and agents that keep one task per task id: a pool grows
 with a queue of managed jobs (up to max), a node whose job succeeded takes the next job (its
-setup ran once), idle nodes go after the idle timeout down to min, a preempted node's job
-recovers onto a new node, and ``pool down`` terminates every node (the jobs on it and queued for
-it then fail) and leaves nothing running."""
+setup ran once) and bills each job for the time it held the node, idle nodes go after the idle
+timeout down to min, a preempted node's job recovers onto a new node, and ``pool down``
+terminates every node (the jobs on it and queued for it then fail) and leaves nothing running."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -35,6 +36,8 @@ from gpulease.state import (
     session_scope,
     set_status,
 )
+from gpulease.state.ledger import job_spend
+from gpulease.state.models import LedgerEntry
 from gpulease.wire import NO_RUN, ExecResult, LogChunk, NodeTask, RunSpec, TaskState
 from tests.controller.conftest import OWNER
 from tests.controller.doubles import FakeProvider
@@ -224,6 +227,14 @@ def test_a_pool_grows_with_the_queue_reuses_nodes_and_shrinks_when_idle(engine: 
     pool = world.pool()
     assert pool.desired_nodes == 0 and pool.decisions[-1]["remove"]
     assert "idle for 300 s" in pool.decisions[-1]["reason"]
+    with session_scope(engine) as session:  # the ledger: each job billed while it held a node
+        rows = list(session.scalars(select(LedgerEntry).where(LedgerEntry.cluster_id == first)
+                                    .order_by(LedgerEntry.started_at)))  # fmt: skip
+        owners = [r.job_id for r in rows]
+        assert owners.index(jobs[0]) < owners.index(jobs[2]) and owners[-1] is None
+        assert all(a.ended_at == b.started_at for a, b in itertools.pairwise(rows))
+        assert all(r.closed for r in rows)
+        assert all(job_spend(session, j) > 0 for j in jobs)
 
 
 def test_a_preempted_node_s_job_recovers_on_a_new_node_and_pool_down_ends_it(

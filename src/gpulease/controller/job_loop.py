@@ -405,7 +405,7 @@ class JobReconciler:
             if row is None or row.attempt != job.attempt or row.status is not job.status:
                 return False
             taken = take_node(session, job.id, job.doc, now=snap.now, actor=ACTOR,
-                              job_name=job.name)  # fmt: skip
+                              job_name=job.name, billed_at=snap.now_job)  # fmt: skip
             node = taken.cluster
             if node is not None:
                 row.attempt, row.cluster_id, row.pricing = job.attempt + 1, node.id, node.pricing
@@ -455,7 +455,7 @@ class JobReconciler:
                 cluster = session.get(Cluster, attempt.id)
                 if cluster is None or cluster.status in (_C.TERMINATING, _C.TERMINATED):
                     return True
-                if release_node(session, cluster, snap.job.id):  # a pool node: idle again
+                if release_node(session, cluster, snap.job.id, billed_at=snap.now_job):
                     return True
                 if set_status(session, cluster, _C.TERMINATING, actor=ACTOR, reason=a.reason,
                               now=snap.now):  # fmt: skip

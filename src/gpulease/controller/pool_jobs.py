@@ -10,7 +10,9 @@ The cluster loop then runs it like any task: the agent takes a task with a new t
 same node — the pool's setup ran once, when the node came up. When the task SUCCEEDED the node is
 *released*: ``job_id`` back to NULL, the cluster left SUCCEEDED — idle again, for the next job. A
 node whose job failed, was preempted or cancelled is torn down as any attempt cluster is (the
-pool replaces it when the queue needs it). States moved: node clusters SUCCEEDED → SETTING_UP.
+pool replaces it when the queue needs it). A take and a give-back split the node's open ledger
+rows (:func:`rebill`), so a job's spend is the node's time while it held it. States moved: node
+clusters SUCCEEDED → SETTING_UP; ledger rows split (one closed, the next opened).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from gpulease.state import (
     list_nodes,
     set_status,
 )
+from gpulease.state.ledger import close, open_entry, replace_facts
+from gpulease.state.models import LedgerEntry
 
 _C = ClusterStatus
 WAITING = frozenset({JobStatus.PENDING, JobStatus.RECOVERING})
@@ -72,8 +76,41 @@ def _idle_nodes(session: Session, pool_id: int) -> list[Cluster]:
     return found
 
 
+def rebill(session: Session, cluster_id: int, job_id: int | None, at: float) -> int:
+    """Split the node's open ``instance`` ledger rows at ``at`` (the ledger's clock: the job's)
+    so that the time after it is billed to ``job_id`` (None: to the pool alone) — a row takes
+    its job from the cluster when it opens, and a pool node's row opens when the node comes up.
+    The rows stay contiguous (a row already advanced past ``at`` is split at its end); the
+    number of rows split."""
+    stmt = select(LedgerEntry).where(
+        LedgerEntry.cluster_id == cluster_id,
+        LedgerEntry.closed.is_(False),
+        LedgerEntry.kind == "instance",
+    )
+    split = 0
+    for row in list(session.scalars(stmt)):
+        if row.job_id == job_id:
+            continue
+        when = max(at, row.ended_at)
+        if when <= row.started_at:  # nothing billed in it yet: the row is the new owner's
+            row.job_id = job_id
+            continue
+        close(row, when, now=when)
+        facts = replace_facts(row, job_id=job_id)
+        open_entry(session, facts, started_at=when, now=when, run_started_at=row.run_started_at)
+        split += 1
+    return split
+
+
 def take_node(
-    session: Session, job_id: int, doc: JobDocument, *, now: float, actor: str, job_name: str
+    session: Session,
+    job_id: int,
+    doc: JobDocument,
+    *,
+    now: float,
+    actor: str,
+    job_name: str,
+    billed_at: float | None = None,
 ) -> Taken:
     """Make an idle node of the job's pool the job's (see the module docstring)."""
     assert doc.pool is not None
@@ -94,14 +131,17 @@ def take_node(
         cluster.job_id = job_id
         cluster.failure = cluster.task_failure = None
         cluster.last_activity_at = now
+        rebill(session, cluster.id, job_id, now if billed_at is None else billed_at)
         return Taken(cluster=cluster)
     return Taken()
 
 
-def release_node(session: Session, cluster: Cluster, job_id: int) -> bool:
-    """Give a pool node whose task SUCCEEDED back to its pool (idle); False when the cluster is
-    no pool node of this job, or did not succeed (then it is torn down as usual)."""
+def release_node(session: Session, cluster: Cluster, job_id: int, *, billed_at: float) -> bool:
+    """Give a pool node whose task SUCCEEDED back to its pool (idle; its time from ``billed_at``
+    on billed to the pool alone); False when the cluster is no pool node of this job, or did not
+    succeed (then it is torn down as usual)."""
     if cluster.pool_id is None or cluster.job_id != job_id or cluster.status is not _C.SUCCEEDED:
         return False
     cluster.job_id = None
+    rebill(session, cluster.id, None, billed_at)
     return True

@@ -161,7 +161,7 @@ def pool_view(session: Session, pool: Pool, *, with_history: bool = False) -> di
         "desired_nodes": pool.desired_nodes,
         "nodes": nodes,
         "waiting_jobs": waiting_jobs(session, pool.name),
-        "price_per_hour": sum(n["price_per_hour"] or 0.0 for n in nodes),
+        "price_per_hour": sum((n["price_per_hour"] or 0.0 for n in nodes), 0.0),
         "decisions": list(pool.decisions),
         "last_error": pool.last_error,
         "created_at": pool.created_at,
