@@ -6,7 +6,9 @@ cluster the cluster loop provisions, sets up, runs and terminates; this loop onl
 watches them and takes them down. Creating an attempt writes the cluster row (with its launch
 intent) and the job's ``attempt``/``cluster_id`` in one transaction, so a controller killed at
 any line and restarted finds either both or neither — never a second cluster for one attempt,
-and the cluster loop launches by intent, idempotently (no duplicate nodes).
+and the cluster loop launches by intent, idempotently (no duplicate nodes). A job of a pool
+(``resources.pool``) takes an idle node of the pool instead (:mod:`~gpulease.controller.pool_jobs`)
+and gives it back when its task succeeded.
 
 It also relays provider events: a preemption notice goes to the node's agent (the task gets
 SIGTERM, checkpoints and exits 75; the agent uploads the checkpoint), a preemption marks the node
