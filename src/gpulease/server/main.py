@@ -34,6 +34,7 @@ from gpulease.atomic import write_json_atomic
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.controller.pool_loop import PoolReconciler
 from gpulease.controller.storage_accrual import StorageAccrual
 from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
@@ -52,6 +53,7 @@ from gpulease.server.metrics import (
     open_to_loopback,
 )
 from gpulease.server.metrics_jobs import JobMetricInputs
+from gpulease.server.pools import PoolService
 from gpulease.server.provider_calls import ProviderCalls
 from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
@@ -154,12 +156,15 @@ def _assemble(home: Path) -> _Parts:
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     storage = StorageAccrual(engine, storage_pricing(cfg), clock)  # cost: storage rows
+    pool_loop = PoolReconciler(engine, clock=clock, owner=owner)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner,
-                                 storage=storage), jobs=job_loop, budgets=budgets)  # fmt: skip
+                                 storage=storage), jobs=job_loop, budgets=budgets,
+                      pools=pool_loop)  # fmt: skip
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     service.budgets = budgets
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
+    pools = PoolService(engine, service, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage)
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
     collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs,
@@ -189,6 +194,7 @@ def _assemble(home: Path) -> _Parts:
         cost=CostReports(engine, clock),
         sla=lambda month: sla_view(engine, cfg, clock, month),
         budgets=budgets,
+        pools=pools,
     )
     return parts
 

@@ -1,12 +1,13 @@
 """The server's background work: one thread that runs the cluster reconcile pass (then the
-managed-jobs pass, which also relays provider events) about every
+managed-jobs pass, which also relays provider events, then the pools pass) about every
 ``interval_s`` (at once again after a pass that changed something, or when the API wakes it), and
 the orphan sweep every ``sweep_every_s``, and the budgets loop (``server.budget_loop``) every
 ``budget_every_s``. On start it releases the claims a dead predecessor
 left and sweeps once; so a restarted server resumes every cluster from the DB. Moves states only
 through the reconciler.
 
-Each pass is timed into :class:`PassTimes` (per loop, ``clusters``, ``jobs`` and ``budgets``:
+Each pass is timed into :class:`PassTimes` (per loop, ``clusters``, ``jobs``, ``pools`` and
+``budgets``:
 count, sum and histogram buckets), which ``GET /metrics`` reads as
 ``gpulease_reconcile_pass_seconds``.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.controller.pool_loop import PoolReconciler
 from gpulease.server.budget_loop import BudgetLoop
 
 log = logging.getLogger("gpulease.server")
@@ -74,9 +76,11 @@ class LoopThread:
         jobs: JobReconciler | None = None,
         budgets: BudgetLoop | None = None,
         budget_every_s: float = 5.0,
+        pools: PoolReconciler | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.jobs = jobs
+        self.pools = pools  # the pools loop, after the jobs pass (it sizes by their queue)
         self.budgets = budgets  # ``budgets:`` of the config, stepped every budget_every_s
         self.budget_every_s = budget_every_s
         self.interval_s = interval_s
@@ -115,6 +119,8 @@ class LoopThread:
             progress = self._timed("clusters", self.reconciler.run_pass)
             if self.jobs is not None:
                 progress |= self._timed("jobs", self.jobs.run_pass)
+            if self.pools is not None:
+                progress |= self._timed("pools", self.pools.run_pass)
             self.passes += 1
             self._wake.wait(self.busy_gap_s if progress else self.interval_s)
             self._wake.clear()
