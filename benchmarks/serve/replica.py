@@ -2,7 +2,7 @@
 that capacity, measured directly with the bounded load generator (loadgen.py) on this machine.
 
     python benchmarks/serve/replica.py [--model model.onnx] [--share 0.7] [--seconds 10]
-        [--rates 200,400,800,1200,1600,2400,3200] [--json benchmarks/serve/results/replica.json]
+        [--rates 100,200,...,2000] [--json benchmarks/serve/results/replica.json]
 
 Steps: export the model (``train_digits.py --epochs 3 --onnx``) unless ``--model`` names one;
 start ``app.py`` on a free loopback port; run each ``--rates`` step for ``--step-seconds`` and take
@@ -40,7 +40,7 @@ BODY = (ROOT / "examples" / "serve-digits" / "request.json").read_bytes()
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--model", type=Path, help="an exported model.onnx (default: train one)")
-    parser.add_argument("--rates", default="200,400,800,1200,1600,2400,3200")
+    parser.add_argument("--rates", default="100,200,300,400,500,600,800,1000,1200,1600,2000")
     parser.add_argument("--step-seconds", type=float, default=3.0)
     parser.add_argument("--share", type=float, default=0.7, help="of the capacity, for the run")
     parser.add_argument("--seconds", type=float, default=10.0)

@@ -171,6 +171,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "serve-digits/1"
     timeout = 120  # an idle keep-alive connection is closed after that
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
     server: DigitsServer
 
     def do_GET(self) -> None:
