@@ -255,3 +255,41 @@ def test_sigterm_lets_the_request_in_flight_finish(model: Path) -> None:
     assert len(results[0][1]["predictions"]) == 4
     assert "SIGTERM: draining" in slow.output
     assert "drained; bye" in slow.output
+
+
+@pytest.mark.parametrize(
+    ("name", "accelerators"),
+    [("train.yaml", {"A100", "H100"}), ("service.yaml", {"T4", "L4", "A10G"})],
+)
+def test_train_on_the_big_offer_serve_on_the_small_one(name: str, accelerators: set[str]) -> None:
+    import warnings
+
+    import gpulease
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # service: is dropped with a warning until the spec has it
+        task = gpulease.load_task(EXAMPLE / name)
+    plans = gpulease.plan(task, hours=1, config={}, top=50)
+    assert plans
+    assert {plan.accelerator for plan in plans} == accelerators
+
+
+def test_service_yaml_is_a_service() -> None:
+    """The service: section as the spec reads it (issue 17's spec work; skipped before it)."""
+    import gpulease
+
+    task = gpulease.load_task(EXAMPLE / "service.yaml")
+    service = getattr(task, "service", None)
+    if service is None:
+        pytest.skip("the spec does not read service: sections yet")
+    assert service.port == 8080
+    assert (service.readiness_probe.path, service.readiness_probe.initial_delay_s) == (
+        "/health",
+        60,
+    )
+    assert (service.replicas.min, service.replicas.max) == (1, 4)
+    autoscale = service.autoscale
+    assert (autoscale.metric, autoscale.target_per_replica) == ("load", 8)
+    assert (autoscale.up.threshold, autoscale.up.step, autoscale.up.for_s) == (0.8, 1, 30)
+    assert (autoscale.down.threshold, autoscale.down.step, autoscale.down.for_s) == (0.3, 1, 120)
+    assert (service.spot.on_demand_base, service.spot.spot_share) == (1, 0.75)
