@@ -4,7 +4,8 @@ process, one core) at rising rates, so the serving benchmarks know which rates i
     python benchmarks/serve/generator.py [--rates 500,1000,2000,3000,4000] [--seconds 3]
 
 A step kept up when the achieved rate is ≥ 95 % of the schedule and the generator's lag behind
-its schedule stayed under 50 ms. Prints a Markdown table.
+its schedule stayed under 50 ms; the closed-loop rows (``--concurrency``) are the most it sends
+back to back. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.serve.loadgen import Schedule, run_load  # noqa: E402
+from benchmarks.serve.loadgen import Schedule, run_closed, run_load  # noqa: E402
 
 SERVER = """
 import sys
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rates", default="500,1000,2000,3000,4000")
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--concurrency", default="8,32", help="closed-loop rows")
     args = parser.parse_args(argv)
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(port)])
@@ -65,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {rate:g} | {s['achieved_rps']:g} | {s['failed']} | {s['latency_ms']['p50']} "
                 f"| {s['latency_ms']['p99']} | {s['max_lag_ms']} | {'yes' if kept else 'no'} |"
+            )
+        for clients in (int(c) for c in args.concurrency.split(",")):
+            result = run_closed(url, clients, args.seconds, body=b"{}")
+            s = result.summary()
+            print(
+                f"| closed loop, {clients} clients | {s['achieved_rps']:g} | {s['failed']} "
+                f"| {s['latency_ms']['p50']} | {s['latency_ms']['p99']} | – | – |"
             )
     finally:
         proc.terminate()

@@ -1,15 +1,17 @@
 """A bounded HTTP load generator for gpulease services, only against this machine.
 
-It owns the rate schedule (a constant rate, or piecewise-linear ramps such as ``10:200:60s``), the
-open-loop arrivals it implies (request k is due when the integral of the rate reaches k, whether
-or not earlier answers came back), and the record of every request: due → sent → answered (an
-HTTP status) or failed (no answer: connection refused or reset, timeout). A run stops by itself at
-the schedule's end or after ``requests`` requests, whichever comes first, and only ever talks to
-loopback (127.0.0.0/8, ::1, localhost); redirects are not followed.
+It owns sending and recording: the open-loop run of a rate schedule (benchmarks/serve/schedule.py:
+a constant rate, or piecewise-linear ramps such as ``10:200:60s``; request k is sent when it is
+due, whether or not earlier answers came back), the closed-loop throughput probe, and the record
+of every request: due → sent → answered (an HTTP status) or failed (no answer: connection refused
+or reset, timeout). A run stops by itself at the schedule's end (closed loop: its duration) or
+after ``requests`` requests, whichever comes first, and only ever talks to loopback (127.0.0.0/8,
+::1, localhost); redirects are not followed.
 
 Library: ``run_load(url, Schedule.constant(50, 10), body=...)`` (or ``run_load_async`` inside a
 running loop) → :class:`LoadResult` (``summary()``, ``table()``, ``timeline()``; see
-benchmarks/serve/stats.py). Command line::
+benchmarks/serve/stats.py); ``run_closed(url, concurrency, duration_s)`` is the closed-loop
+throughput probe (each client sends its next request when the last is answered). Command line::
 
     python benchmarks/serve/loadgen.py http://127.0.0.1:8080/predict \\
         --body examples/serve-digits/request.json --ramp 10:200:30s,200:10:30s [--json out.json]
@@ -24,138 +26,43 @@ import asyncio
 import ipaddress
 import json
 import math
-import re
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks.serve` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks.serve.schedule import (
+    MAX_DURATION_S,
+    Schedule,
+    Segment,
+    parse_duration_s,
+    parse_ramp,
+)
 from benchmarks.serve.stats import LoadResult, RequestRecord
 
 from gpulease.errors import UserInputError
 
-MAX_DURATION_S = 3600.0
-MAX_RATE = 100_000.0
 MAX_REQUESTS = 10_000_000
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 __all__ = [
     "LoadResult",
+    "Options",
     "RequestRecord",
     "Schedule",
     "Segment",
     "check_url",
     "parse_duration_s",
     "parse_ramp",
+    "run_closed",
+    "run_closed_async",
     "run_load",
     "run_load_async",
 ]
-
-
-def parse_duration_s(text: str, what: str = "duration") -> float:
-    """``60s``, ``1.5m``, ``250ms``, ``2h``; a plain number is seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise UserInputError(f"{what}: expected a duration such as 30s, 2m or 250ms, got {text!r}")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
-
-
-@dataclass(frozen=True)
-class Segment:
-    """The rate goes linearly from ``start_rps`` to ``end_rps`` over ``duration_s``."""
-
-    start_rps: float
-    end_rps: float
-    duration_s: float
-
-    def count(self, t: float) -> float:
-        """Requests due in this segment by ``t`` seconds into it (the rate's integral)."""
-        slope = (self.end_rps - self.start_rps) / self.duration_s
-        return self.start_rps * t + slope * t * t / 2
-
-    def time_of(self, m: float) -> float | None:
-        """When the count reaches ``m`` (≥ 0), or None if not before the segment's end."""
-        if m <= 0:
-            return 0.0 if self.start_rps > 0 or self.end_rps > 0 else None
-        a = (self.end_rps - self.start_rps) / (2 * self.duration_s)
-        b = self.start_rps
-        disc = b * b + 4 * a * m
-        if disc < 0 or b + math.sqrt(disc) <= 0:
-            return None
-        t = 2 * m / (b + math.sqrt(disc))  # the stable root of a t² + b t − m = 0
-        return t if t < self.duration_s else None
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Segments one after another; request k (0, 1, …) is due when the count reaches k."""
-
-    segments: tuple[Segment, ...]
-
-    def __post_init__(self) -> None:
-        if not self.segments:
-            raise UserInputError("schedule: at least one segment")
-        for seg in self.segments:
-            for rate in (seg.start_rps, seg.end_rps):
-                if not (math.isfinite(rate) and 0 <= rate <= MAX_RATE):
-                    raise UserInputError(f"rate: {rate} req/s, expected 0..{MAX_RATE:g}")
-            if not (math.isfinite(seg.duration_s) and seg.duration_s > 0):
-                raise UserInputError(f"duration: {seg.duration_s} s, expected > 0")
-        if self.duration_s > MAX_DURATION_S:
-            raise UserInputError(f"duration: {self.duration_s:g} s, at most {MAX_DURATION_S:g}")
-
-    @classmethod
-    def constant(cls, rps: float, duration_s: float) -> Schedule:
-        return cls((Segment(rps, rps, duration_s),))
-
-    @property
-    def duration_s(self) -> float:
-        return sum(seg.duration_s for seg in self.segments)
-
-    @property
-    def expected_requests(self) -> float:
-        return sum(seg.count(seg.duration_s) for seg in self.segments)
-
-    def rate_at(self, t: float) -> float:
-        for seg in self.segments:
-            if t <= seg.duration_s:
-                return seg.start_rps + (seg.end_rps - seg.start_rps) * t / seg.duration_s
-            t -= seg.duration_s
-        return 0.0
-
-    def arrivals(self, limit: int | None = None) -> Iterator[float]:
-        """Due times in seconds from the start, in order; at most ``limit`` of them."""
-        k, offset, base = 0, 0.0, 0.0
-        for seg in self.segments:
-            while limit is None or k < limit:
-                t = seg.time_of(k - base)
-                if t is None:
-                    break
-                yield offset + t
-                k += 1
-            base += seg.count(seg.duration_s)
-            offset += seg.duration_s
-
-
-def parse_ramp(text: str) -> Schedule:
-    """``10:200:60s`` (10 → 200 req/s over 60 s), several joined by commas."""
-    segments = []
-    for part in text.split(","):
-        fields = part.strip().split(":")
-        if len(fields) != 3:
-            raise UserInputError(f"--ramp: {part!r} is not START:END:DURATION (as in 10:200:60s)")
-        try:
-            start, end = float(fields[0]), float(fields[1])
-        except ValueError:
-            raise UserInputError(f"--ramp: {part!r}: the rates must be numbers (req/s)") from None
-        segments.append(Segment(start, end, parse_duration_s(fields[2], "--ramp")))
-    return Schedule(tuple(segments))
 
 
 def check_url(url: str) -> str:
@@ -176,54 +83,91 @@ def check_url(url: str) -> str:
     return url
 
 
-async def run_load_async(
-    url: str,
-    schedule: Schedule,
-    *,
-    requests: int | None = None,
-    method: str | None = None,
-    body: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-    timeout_s: float = 30.0,
-    max_in_flight: int = 1000,
-) -> LoadResult:
+class Options(TypedDict, total=False):
+    """What to send and the run's bounds (both run_load and run_closed)."""
+
+    requests: int | None  # stop after this many requests
+    method: str | None  # default POST with a body, else GET
+    body: bytes | None
+    headers: Mapping[str, str] | None
+    timeout_s: float  # per request (default 30)
+    max_in_flight: int  # open loop: requests in flight at most (default 1000)
+
+
+class _Sender:
+    """One run's session: sends a request, records its outcome against the run's start."""
+
+    def __init__(self, url: str, options: Options) -> None:
+        check_url(url)
+        requests = options.get("requests")
+        if requests is not None and not 0 < requests <= MAX_REQUESTS:
+            raise UserInputError(f"requests: {requests}, expected 1..{MAX_REQUESTS}")
+        self.url, self.requests = url, requests
+        self.body = options.get("body")
+        self.verb = options.get("method") or ("POST" if self.body is not None else "GET")
+        self.headers = dict(options.get("headers") or {})
+        if self.body is not None:
+            self.headers.setdefault("Content-Type", "application/json")
+        self.timeout_s = options.get("timeout_s", 30.0)
+        self.max_in_flight = options.get("max_in_flight", 1000)
+        if self.max_in_flight < 1:
+            raise UserInputError("max_in_flight: at least 1")
+        self.records: list[RequestRecord] = []
+        self.loop = asyncio.get_running_loop()
+        self.start = self.loop.time()
+
+    def now(self) -> float:
+        return self.loop.time() - self.start
+
+    async def send(self, session: Any, due: float | None = None) -> None:
+        """One request; ``due`` None (closed loop): due when sent."""
+        import aiohttp
+
+        sent = self.now()
+        due = sent if due is None else due
+        status, error = 0, None
+        try:
+            async with session.request(
+                self.verb, self.url, data=self.body, headers=self.headers, allow_redirects=False
+            ) as response:
+                await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:200]
+        self.records.append(RequestRecord(due, sent, self.now() - sent, status, error))
+
+    def session(self, connections: int) -> Any:
+        import aiohttp
+
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=connections),
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+        )
+
+    def result(self, scheduled: float) -> LoadResult:
+        self.records.sort(key=lambda r: r.due_s)
+        elapsed = self.now()
+        return LoadResult(
+            self.url, self.verb, tuple(self.records), elapsed, scheduled, self.requests
+        )
+
+
+async def run_load_async(url: str, schedule: Schedule, **options: Unpack[Options]) -> LoadResult:
     """Send the schedule's requests to ``url`` (open loop) and record each one's outcome."""
-    import aiohttp
-
-    check_url(url)
-    if requests is not None and not 0 < requests <= MAX_REQUESTS:
-        raise UserInputError(f"requests: {requests}, expected 1..{MAX_REQUESTS}")
-    verb = method or ("POST" if body is not None else "GET")
-    sent_headers = dict(headers or {})
-    if body is not None:
-        sent_headers.setdefault("Content-Type", "application/json")
-    loop = asyncio.get_running_loop()
-    records: list[RequestRecord] = []
-    slots = asyncio.Semaphore(max_in_flight)
-    connector = aiohttp.TCPConnector(limit=max_in_flight, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        start = loop.time()
+    sender = _Sender(url, options)
+    slots = asyncio.Semaphore(sender.max_in_flight)
+    async with sender.session(sender.max_in_flight) as session:
 
         async def one(due: float) -> None:
-            sent = loop.time() - start
-            status, error = 0, None
             try:
-                async with session.request(
-                    verb, url, data=body, headers=sent_headers, allow_redirects=False
-                ) as response:
-                    await response.read()
-                    status = response.status
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                error = f"{type(exc).__name__}: {exc}"[:200]
+                await sender.send(session, due)
             finally:
                 slots.release()
-            records.append(RequestRecord(due, sent, loop.time() - start - sent, status, error))
 
         pending: set[asyncio.Task[None]] = set()
-        for due in schedule.arrivals(requests):
-            delay = start + due - loop.time()
+        sender.start = sender.loop.time()
+        for due in schedule.arrivals(sender.requests):
+            delay = due - sender.now()
             if delay > 0:
                 await asyncio.sleep(delay)
             await slots.acquire()
@@ -232,14 +176,42 @@ async def run_load_async(
             task.add_done_callback(pending.discard)
         if pending:
             await asyncio.gather(*pending)
-        elapsed = loop.time() - start
-    records.sort(key=lambda r: r.due_s)
-    return LoadResult(url, verb, tuple(records), elapsed, schedule.expected_requests, requests)
+        return sender.result(schedule.expected_requests)
 
 
-def run_load(url: str, schedule: Schedule, **options: object) -> LoadResult:
+async def run_closed_async(
+    url: str, concurrency: int, duration_s: float, **options: Unpack[Options]
+) -> LoadResult:
+    """Closed loop: ``concurrency`` clients each send their next request as soon as the last one
+    is answered, until ``duration_s`` has passed (or ``requests`` were sent): a throughput probe."""
+    if not 0 < concurrency <= 10_000:
+        raise UserInputError(f"concurrency: {concurrency}, expected 1..10000")
+    if not (math.isfinite(duration_s) and 0 < duration_s <= MAX_DURATION_S):
+        raise UserInputError(f"duration: {duration_s} s, expected 0..{MAX_DURATION_S:g}")
+    sender = _Sender(url, options)
+    budget = [sender.requests if sender.requests is not None else MAX_REQUESTS]
+
+    async def client(session: Any) -> None:
+        while sender.now() < duration_s and budget[0] > 0:
+            budget[0] -= 1
+            await sender.send(session)
+
+    async with sender.session(concurrency) as session:
+        sender.start = sender.loop.time()
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+        return sender.result(float(len(sender.records)))
+
+
+def run_load(url: str, schedule: Schedule, **options: Unpack[Options]) -> LoadResult:
     """:func:`run_load_async` in a fresh event loop (for synchronous callers)."""
-    return asyncio.run(run_load_async(url, schedule, **options))  # type: ignore[arg-type]
+    return asyncio.run(run_load_async(url, schedule, **options))
+
+
+def run_closed(
+    url: str, concurrency: int, duration_s: float, **options: Unpack[Options]
+) -> LoadResult:
+    """:func:`run_closed_async` in a fresh event loop (for synchronous callers)."""
+    return asyncio.run(run_closed_async(url, concurrency, duration_s, **options))
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -248,7 +220,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     shape = parser.add_mutually_exclusive_group(required=True)
     shape.add_argument("--rate", type=float, help="constant requests per second")
     shape.add_argument("--ramp", help="START:END:DURATION[,…] in req/s, as in 10:200:60s")
-    parser.add_argument("--duration", help="how long at --rate (default 10s); cuts a --ramp short")
+    shape.add_argument("--concurrency", type=int, help="closed loop: N clients back to back")
+    parser.add_argument(
+        "--duration", help="at --rate or --concurrency (default 10s); cuts a --ramp short"
+    )
     parser.add_argument("--requests", type=int, help="stop after this many requests")
     parser.add_argument("--body", type=Path, help="a file to send as the body (POST by default)")
     parser.add_argument("--method", help="HTTP method (default POST with --body, else GET)")
@@ -261,9 +236,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _schedule(args: argparse.Namespace) -> Schedule:
-    if args.rate is not None:
+    if args.ramp is None:
         duration = parse_duration_s(args.duration or "10s", "--duration")
-        return Schedule.constant(args.rate, duration)
+        return Schedule.constant(args.rate if args.rate is not None else 1.0, duration)
     schedule = parse_ramp(args.ramp)
     if args.duration:
         keep, cut = [], parse_duration_s(args.duration, "--duration")
@@ -280,29 +255,38 @@ def _schedule(args: argparse.Namespace) -> Schedule:
     return schedule
 
 
+def _options(args: argparse.Namespace) -> Options:
+    headers = {}
+    for item in args.header:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise UserInputError(f"--header: {item!r} is not NAME:VALUE")
+        headers[name.strip()] = value.strip()
+    try:
+        body = args.body.read_bytes() if args.body else None
+    except OSError as exc:
+        raise UserInputError(f"--body: cannot read {args.body}: {exc.strerror}") from None
+    return Options(
+        requests=args.requests,
+        method=args.method,
+        body=body,
+        headers=headers,
+        timeout_s=parse_duration_s(args.timeout, "--timeout"),
+        max_in_flight=args.max_in_flight,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     try:
         schedule = _schedule(args)
         check_url(args.url)
-        headers = {}
-        for item in args.header:
-            name, sep, value = item.partition(":")
-            if not sep or not name.strip():
-                raise UserInputError(f"--header: {item!r} is not NAME:VALUE")
-            headers[name.strip()] = value.strip()
-        try:
-            body = args.body.read_bytes() if args.body else None
-        except OSError as exc:
-            raise UserInputError(f"--body: cannot read {args.body}: {exc.strerror}") from None
-        if args.max_in_flight < 1:
-            raise UserInputError("--max-in-flight: at least 1")
+        options = _options(args)
         started = time.time()
-        result = run_load(
-            args.url, schedule, requests=args.requests, method=args.method, body=body,
-            headers=headers, timeout_s=parse_duration_s(args.timeout, "--timeout"),
-            max_in_flight=args.max_in_flight,
-        )  # fmt: skip
+        if args.concurrency is not None:
+            result = run_closed(args.url, args.concurrency, schedule.duration_s, **options)
+        else:
+            result = run_load(args.url, schedule, **options)
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.serve import loadgen
-from benchmarks.serve.loadgen import Schedule, Segment, parse_ramp, run_load
+from benchmarks.serve.loadgen import Schedule, Segment, parse_ramp, run_closed, run_load
 from benchmarks.serve.stats import LoadResult, RequestRecord, percentile
 from hypothesis import given
 from hypothesis import strategies as st
@@ -200,6 +200,16 @@ def test_error_answers_are_failures(server: _Server) -> None:
     assert result.failed == 10
 
 
+def test_the_closed_loop_keeps_its_clients_busy_up_to_the_request_count(server: _Server) -> None:
+    result = run_closed(f"{server.url}/x", 4, 600.0, requests=25, body=b"{}")
+    assert result.requests == result.ok == 25
+    assert len(server.bodies) == 25
+    assert result.scheduled_requests == 25
+    assert all(r.sent_s == r.due_s for r in result.records)
+    with pytest.raises(UserInputError, match="concurrency"):
+        run_closed(server.url, 0, 1.0)
+
+
 def test_refused_connections_are_failures_without_an_answer() -> None:
     with socket.socket() as sock:  # bound, never listening: connections are refused
         sock.bind(("127.0.0.1", 0))
@@ -226,6 +236,8 @@ def test_the_command_line(
 
     flaky = [f"{server.url}/flaky", "--ramp", "100:300:1s", "--requests", "6"]
     assert loadgen.main(flaky) == 1  # some requests failed
+    assert loadgen.main([f"{server.url}/c", "--concurrency", "2", "--requests", "6"]) == 0
+    assert "requests 6 " in capsys.readouterr().out
 
     assert loadgen.main(["http://192.0.2.1/", "--rate", "5"]) == 2
     assert "not this machine" in capsys.readouterr().err
