@@ -238,10 +238,12 @@ class Handler(BaseHTTPRequestHandler):
         while True:
             line = self.rfile.readline(1024).split(b";", 1)[0].strip()
             try:
-                size = int(line, 16)
+                size = int(line, 16) if line.isalnum() else -1
             except ValueError:
+                size = -1
+            if size < 0:
                 self.close_connection = True
-                raise BadRequest(f"bad chunk size {line!r}") from None
+                raise BadRequest(f"bad chunk size {line!r}")
             total += size
             if total > MAX_BODY_BYTES:
                 self.close_connection = True

@@ -224,7 +224,7 @@ def test_bad_bodies_are_400_naming_the_field_and_the_connection_stays_usable(app
         assert answer(conn, "GET", "/predict")[0] == 405
         assert answer(conn, "GET", "/nowhere")[0] == 404
         half = len(REQUEST) // 2
-        chunks = iter([REQUEST[:half], REQUEST[half:]])
+        chunks = iter([REQUEST[:half], REQUEST[half:]])  # Transfer-Encoding: chunked
         status, payload = answer(conn, "POST", "/predict", chunks, encode_chunked=True)
         assert (status, len(payload["predictions"])) == (200, 4)
     finally:
@@ -239,6 +239,24 @@ def test_a_short_bounded_load_run_fails_no_request(app: App) -> None:
     assert result.requests == 200
     assert result.failed == 0, result.summary()
     assert result.latency_s(99) is not None
+
+
+def test_a_missing_model_or_a_bad_port_is_exit_2(tmp_path: Path) -> None:
+    missing = App(MODEL=str(tmp_path / "none.onnx"))
+    assert missing.proc.wait(60) == 2
+    assert f"error: FileNotFoundError: no model at {tmp_path / 'none.onnx'}" in missing.output
+    bad = subprocess.run(
+        [sys.executable, str(EXAMPLE / "app.py")],
+        env={**os.environ, "PORT": "http"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "error: $PORT='http': expected a port number 0..65535\n",
+    )
 
 
 def test_sigterm_lets_the_request_in_flight_finish(model: Path) -> None:
