@@ -4,8 +4,9 @@ or as a process (``python -m tests.serve.replica NAME [--hang]``, which prints i
 Routes: ``/id`` (its name), ``/status/{code}``, ``/headers`` (what it received, as JSON, and a
 response with hop-by-hop headers of its own), ``/hold/{key}`` (answers once ``/release/{key}``
 is called), ``/sse`` (one event, then a second once ``/release/sse`` is called), ``/chunks``,
-``POST /upload`` (reads the body chunk by chunk; ``/seen`` says how many bytes so far), and
-``/slow?s=`` (sleeps). With ``--hang`` every route but ``/health`` hangs until the process dies.
+``/big`` (1 MiB of fixed length), ``POST /upload`` (reads the body chunk by chunk; ``/seen``
+says how many bytes so far), and ``/slow?s=`` (sleeps). With ``--hang`` every route but
+``/health`` hangs until the process dies.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class App:
         app.router.add_get("/release/{key}", self.release)
         app.router.add_get("/sse", self.sse)
         app.router.add_get("/chunks", self.chunks)
+        app.router.add_get("/big", self.big)
         app.router.add_post("/upload", self.upload)
         app.router.add_get("/seen", self.seen_bytes)
         app.router.add_get("/slow", self.slow)
@@ -96,6 +98,9 @@ class App:
             await response.write(part)
         await response.write_eof()
         return response
+
+    async def big(self, request: web.Request) -> web.Response:
+        return web.Response(body=b"z" * (1 << 20))
 
     async def upload(self, request: web.Request) -> web.Response:
         digest = hashlib.sha256()

@@ -144,6 +144,8 @@ def test_server_sent_events_pass_through_as_they_come(
         assert next(line for line in lines if line) == "data: two"
     with client(lb) as c:
         assert c.get("/chunks").text == "alpha-beta-gamma"
+        big = c.get("/big")
+        assert big.headers["content-length"] == str(1 << 20) and big.content == b"z" * (1 << 20)
 
 
 def test_a_request_body_streams_to_the_replica(

@@ -194,7 +194,8 @@ class Forwarder:
     ) -> tuple[web.StreamResponse, bool]:
         """Stream the replica's response back; a replica that breaks off mid-body breaks the
         client's connection too (the client sees a truncated response, never a wrong one)."""
-        out = web.StreamResponse(
+        fixed = upstream.content_length is not None  # headers go with the first bytes
+        out = (_FixedLengthResponse if fixed else web.StreamResponse)(
             status=upstream.status,
             reason=upstream.reason,
             headers=response_headers(upstream.headers),
@@ -216,6 +217,14 @@ class Forwarder:
             elapsed = asyncio.get_running_loop().time() - sent
             self.pool.finish(slot, elapsed, failed=failed or broken)
         return out, failed or broken
+
+
+class _FixedLengthResponse(web.StreamResponse):
+    """A streamed response whose headers leave with its first body bytes (one write, not two,
+    for the common small answer); others send them at once (server-sent events: the client
+    sees the response open before the first event)."""
+
+    _send_headers_immediately = False  # aiohttp ≥ 3.11 (earlier: ignored, two writes)
 
 
 async def _pump(upstream: aiohttp.ClientResponse, out: web.StreamResponse) -> bool:
