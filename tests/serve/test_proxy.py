@@ -24,7 +24,6 @@ import httpx
 import pytest
 
 from gpulease.clock import VirtualClock
-from gpulease.errors import GpuleaseError
 from gpulease.serve.proxy import Backend, LoadBalancer, LoadStats, ReplicaStats
 from gpulease.serve.proxy.stats import MAX_WINDOW_S, Window
 from tests.serve.replica import Replica
@@ -186,6 +185,26 @@ def test_a_client_that_goes_away_releases_its_replica(
         head = c.head("/id")
     assert (head.status_code, head.headers["content-length"], head.content) == (200, "1", b"")
     assert lb.stats().failed == 0
+
+
+def test_expect_100_continue_is_answered_before_the_body(
+    replicas: MakeReplica, balancer: MakeBalancer
+) -> None:
+    lb = balancer()
+    lb.set_backends(backends(replicas("a")))
+    with socket.create_connection(("127.0.0.1", lb.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            b"Expect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(b"hello")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert json.loads(body)["sha256"] == hashlib.sha256(b"hello").hexdigest()
 
 
 def test_hop_by_hop_headers_are_dropped_and_forwarded_ones_added(
@@ -414,5 +433,5 @@ def test_a_sample_for_the_autoscaler_counts_queued_requests() -> None:
 
 def test_a_taken_port_is_a_clear_error(balancer: MakeBalancer) -> None:
     lb = balancer()
-    with pytest.raises(GpuleaseError, match=f"could not listen on 127.0.0.1:{lb.port}"):
+    with pytest.raises(OSError, match=f"could not listen on 127.0.0.1:{lb.port}"):
         LoadBalancer(port=lb.port).start()

@@ -69,7 +69,8 @@ class LoadBalancer:
         return self._bound
 
     def start(self) -> int:
-        """Serve on a daemon thread; returns the bound port (``port=0``: a free one)."""
+        """Serve on a daemon thread; returns the bound port (``port=0``: a free one).
+        A port that cannot be bound (taken, no permission) raises ``OSError`` saying which."""
         if self._thread is not None:
             return self.port
         ready = threading.Event()
@@ -85,9 +86,11 @@ class LoadBalancer:
         if failure:
             self._thread.join()
             self._thread = None
-            raise GpuleaseError(
-                f"the load balancer could not listen on {self.host}:{self._port}: {failure[0]}"
-            ) from failure[0]
+            exc = failure[0]
+            where = f"the load balancer could not listen on {self.host}:{self._port}"
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, f"{where}: {exc.strerror or exc}") from exc
+            raise GpuleaseError(f"{where}: {exc}") from exc
         return self.port
 
     def stop(self) -> None:

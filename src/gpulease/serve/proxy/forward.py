@@ -149,6 +149,12 @@ class Forwarder:
             message = f"no ready replica within the queue timeout ({self.queue_timeout_s:g} s)"
             return error_response(503, "no_replica", message), True
         body = Body(request.content) if request.body_exists else None
+        if body is not None:
+            try:
+                await _continue(request)
+            except BaseException:  # the client went away
+                self.pool.finish(slot, 0.0, failed=False)
+                raise
         headers = request_headers(request)
         tried: list[int] = []
         loop = asyncio.get_running_loop()
@@ -217,6 +223,16 @@ class Forwarder:
             elapsed = asyncio.get_running_loop().time() - sent
             self.pool.finish(slot, elapsed, failed=failed or broken)
         return out, failed or broken
+
+
+async def _continue(request: web.BaseRequest) -> None:
+    """Answer ``Expect: 100-continue`` once a replica is picked (aiohttp's low-level server,
+    unlike its router, leaves it to the handler); the body then streams on as it comes."""
+    if request.version == aiohttp.HttpVersion11 and (
+        request.headers.get("Expect", "").lower() == "100-continue"
+    ):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the response proper has not started
 
 
 class _FixedLengthResponse(web.StreamResponse):
