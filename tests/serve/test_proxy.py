@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from gpulease.clock import VirtualClock
+from gpulease.serve.autoscale import LoadSample
 from gpulease.serve.proxy import Backend, LoadBalancer, LoadStats, ReplicaStats
 from gpulease.serve.proxy.stats import MAX_WINDOW_S, Window
 from tests.serve.replica import Replica
@@ -414,7 +415,6 @@ def test_a_window_keeps_percentiles_and_forgets_old_seconds() -> None:
 
 
 def test_a_sample_for_the_autoscaler_counts_queued_requests() -> None:
-    autoscale = pytest.importorskip("gpulease.serve.autoscale")
     stats = LoadStats(
         in_flight=3,
         queued=2,
@@ -426,7 +426,7 @@ def test_a_sample_for_the_autoscaler_counts_queued_requests() -> None:
         replicas=(),
     )
     sample = stats.sample(at=12.0)
-    assert isinstance(sample, autoscale.LoadSample)
+    assert isinstance(sample, LoadSample)
     assert (sample.at, sample.in_flight, sample.qps) == (12.0, 5.0, 4.5)
     assert (sample.latency_p95_s, sample.gpu_utilisation) == (0.02, None)
 
