@@ -3,8 +3,9 @@
 - :func:`closed` — ``concurrency`` connections sending as fast as they are answered for
   ``seconds`` (throughput), asyncio + aiohttp client;
 - :func:`open_loop` — request i leaves at t0 + i / rate whatever the answers (latency at a fixed
-  rate); ``rate × seconds`` requests, at most ``cap`` in flight, and the schedule's lag (how
-  late the generator sent) is reported so that a generator that could not keep up is seen;
+  rate); ``rate × seconds`` requests per target, at most ``cap`` in flight, the targets taking
+  turns in slices; the schedule's lag (how late the generator sent) is reported so that a
+  generator that could not keep up is seen;
 - :func:`wrk` — Debian's ``wrk`` (C, far cheaper per request than Python) when it is on PATH.
 """
 
@@ -96,41 +97,79 @@ async def closed(what: str, url: str, concurrency: int, seconds: float) -> Run:
     return _run(what, elapsed, latencies, failed)
 
 
-async def open_loop(what: str, url: str, rate: float, seconds: float, cap: int = 256) -> Run:
-    _local(url)
-    latencies: list[float] = []
-    lags: list[float] = []
-    failed = 0
+class _Tally:
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.lags: list[float] = []
+        self.failed = 0
+        self.seconds = 0.0
+
+
+async def _open_slice(
+    session: aiohttp.ClientSession,
+    url: str,
+    rate: float,
+    seconds: float,
+    *,
+    cap: int,
+    tally: _Tally,
+) -> None:
     in_flight = 0
-    connector = aiohttp.TCPConnector(limit=cap)
-    async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def one() -> None:
-            nonlocal failed, in_flight
-            sent = time.perf_counter()
-            ok = await _get(session, url)
-            in_flight -= 1
-            if ok:
-                latencies.append(time.perf_counter() - sent)
-            else:
-                failed += 1
+    async def one() -> None:
+        nonlocal in_flight
+        sent = time.perf_counter()
+        ok = await _get(session, url)
+        in_flight -= 1
+        if ok:
+            tally.latencies.append(time.perf_counter() - sent)
+        else:
+            tally.failed += 1
 
-        tasks: list[asyncio.Task[None]] = []
-        started = time.perf_counter()
-        for i in range(int(rate * seconds)):
-            due = started + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            lags.append(max(0.0, time.perf_counter() - due))
-            if in_flight >= cap:  # the target fell behind by `cap` requests: count, go on
-                failed += 1
-                continue
-            in_flight += 1
-            tasks.append(asyncio.create_task(one()))
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - started
-    return _run(what, elapsed, latencies, failed, lag_p99_ms=_ms(quantile(lags, 0.99)))
+    tasks: list[asyncio.Task[None]] = []
+    started = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        due = started + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tally.lags.append(max(0.0, time.perf_counter() - due))
+        if in_flight >= cap:  # the target fell behind by `cap` requests: count, go on
+            tally.failed += 1
+            continue
+        in_flight += 1
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    tally.seconds += time.perf_counter() - started
+
+
+async def open_loop(
+    targets: dict[str, str], rate: float, seconds: float, *, slices: int = 1, cap: int = 256
+) -> dict[str, Run]:
+    """Each target at ``rate`` for ``seconds`` in all, the targets taking turns in ``slices``
+    slices (so that they share whatever else loads the machine meanwhile)."""
+    tallies = {name: _Tally() for name in targets}
+    sessions = {
+        name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=cap)) for name in targets
+    }
+    try:
+        for _ in range(slices):
+            for name, url in targets.items():
+                await _open_slice(
+                    sessions[name],
+                    _local(url),
+                    rate,
+                    seconds / slices,
+                    cap=cap,
+                    tally=tallies[name],
+                )
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return {
+        name: _run(name, t.seconds, t.latencies, t.failed, lag_p99_ms=_ms(quantile(t.lags, 0.99)))
+        for name, t in tallies.items()
+    }
 
 
 def _wrk_ms(text: str) -> float:
