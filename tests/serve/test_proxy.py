@@ -5,7 +5,8 @@ Covers routing (round robin when idle, least in flight), streaming both ways (se
 events pass through as they are written, a request body reaches the replica before the client
 has sent all of it), headers, one retry on another replica when one dies, draining (in flight
 ones finish; under load nothing is dropped), the queue while no replica is ready and its 503,
-502 when every try fails, and the stats the autoscaler reads (windows on an injected clock).
+502 when every try fails, and the stats the autoscaler reads (windows on an injected clock;
+the windows themselves: test_proxy_stats.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ import httpx
 import pytest
 
 from gpulease.clock import VirtualClock
-from gpulease.serve.autoscale import LoadSample
-from gpulease.serve.proxy import Backend, LoadBalancer, LoadStats, ReplicaStats
-from gpulease.serve.proxy.stats import MAX_WINDOW_S, Window
+from gpulease.serve.proxy import Backend, LoadBalancer, ReplicaStats
 from tests.serve.replica import Replica
 from tests.waiting import wait_until
 
@@ -391,44 +390,6 @@ def test_stats_count_per_replica_over_a_window(
     later = lb.stats(window_s=60)
     assert (later.requests, later.qps, later.latency_p95_s) == (7, 0.0, None)
     assert later.replicas[0].qps == 0.0 and later.replicas[0].requests == 7
-
-
-def test_a_window_keeps_percentiles_and_forgets_old_seconds() -> None:
-    window = Window(started_at=0.0)
-    for i in range(1, 101):  # 100 requests at 1..100 ms over t = 100..199, 5 failed
-        window.record(99.0 + i, i / 1000, failed=i % 20 == 0)
-    last = window.summary(at=199.5, window_s=60)
-    assert (last.requests, last.failed) == (60, 3)  # the seconds 140..199
-    assert last.qps == pytest.approx(1.0)
-    assert last.latency_p50_s == pytest.approx(0.070, rel=0.05)
-    assert last.latency_p95_s == pytest.approx(0.097, rel=0.05)
-    whole = window.summary(at=199.5, window_s=300)
-    assert whole.requests == 100 and whole.qps == pytest.approx(100 / 199.5)
-    assert whole.latency_p50_s == pytest.approx(0.050, rel=0.05)
-    assert window.summary(at=199.5 + MAX_WINDOW_S, window_s=60).requests == 0
-    window.record(100.0 + MAX_WINDOW_S, 0.5, failed=False)  # lands on the bucket of t = 100
-    assert window.summary(at=100.0 + MAX_WINDOW_S, window_s=MAX_WINDOW_S).requests == 100
-    young = Window(started_at=1_000.0)
-    young.record(1_000.2, 0.01, failed=False)
-    assert young.summary(at=1_000.4, window_s=60).qps == pytest.approx(1.0)
-    assert young.summary(at=1_000.4, window_s=60).latency_p50_s == pytest.approx(0.01, rel=0.05)
-
-
-def test_a_sample_for_the_autoscaler_counts_queued_requests() -> None:
-    stats = LoadStats(
-        in_flight=3,
-        queued=2,
-        qps=4.5,
-        latency_p50_s=0.01,
-        latency_p95_s=0.02,
-        requests=10,
-        failed=0,
-        replicas=(),
-    )
-    sample = stats.sample(at=12.0)
-    assert isinstance(sample, LoadSample)
-    assert (sample.at, sample.in_flight, sample.qps) == (12.0, 5.0, 4.5)
-    assert (sample.latency_p95_s, sample.gpu_utilisation) == (0.02, None)
 
 
 def test_a_taken_port_is_a_clear_error(balancer: MakeBalancer) -> None:
