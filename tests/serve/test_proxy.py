@@ -357,6 +357,18 @@ def test_requests_queue_until_a_backend_appears(
     assert lb.stats().queued == 0
 
 
+def test_stopping_answers_the_queue_503(pool: ThreadPoolExecutor) -> None:
+    lb = LoadBalancer(queue_timeout_s=60)
+    lb.start()
+    with client(lb) as c:
+        waiting = pool.submit(c.get, "/id")
+        wait_until(lambda: lb.stats().queued == 1, 10, "a queued request")
+        lb.stop()
+        response = waiting.result(10)
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == "the endpoint is stopping"
+
+
 def test_the_queue_times_out_with_a_503(replicas: MakeReplica, balancer: MakeBalancer) -> None:
     lb = balancer(queue_timeout_s=0.1)
     with client(lb) as c:

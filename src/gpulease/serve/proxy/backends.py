@@ -11,7 +11,7 @@ and, on a connection failure, is *ejected* for ``eject_s`` seconds: it takes new
 when no other routable backend is left (a replica that died stops drawing requests before the
 controller notices). The choice is least in flight among the routable backends, ties broken
 round robin. Requests that find no routable backend wait in the pool's queue (scale to zero)
-until ``set_backends`` brings one or their deadline passes.
+until ``set_backends`` brings one, their deadline passes or the balancer stops (``close``).
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ class BackendPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self.queued = 0
+        self.closed = False
         self.overall = Window(clock.now())
         self.requests = 0
         self.failed = 0
@@ -164,7 +165,7 @@ class BackendPool:
             while slot is None:
                 changed = self._changed
                 remaining = deadline - loop.time()
-                if changed is None or remaining <= 0:
+                if changed is None or remaining <= 0 or self.closed:
                     return None
                 try:
                     await asyncio.wait_for(changed.wait(), remaining)
@@ -175,6 +176,11 @@ class BackendPool:
         finally:
             with self._lock:
                 self.queued -= 1
+
+    def close(self) -> None:
+        """On the loop's thread, at stop: the queue empties (its requests get their 503)."""
+        self.closed = True
+        self._wake()
 
     def eject(self, slot: Slot) -> None:
         with self._lock:

@@ -3,9 +3,9 @@ keep-alive connections to the replicas.
 
 Owns the balancer's lifecycle, ``new ──start()──▶ serving ──stop()──▶ stopped``: ``start``
 runs an event loop on a daemon thread, binds the socket there and returns the port; ``stop``
-closes the socket, lets the requests in progress end (up to ``shutdown_timeout_s``), closes the
-connections to replicas and joins the thread. Everything else is the backend pool's
-(:mod:`~gpulease.serve.proxy.backends`) and the request path's
+answers the queued requests 503, closes the socket, lets the requests in progress end (up to
+``shutdown_timeout_s``), closes the connections to replicas and joins the thread. Everything
+else is the backend pool's (:mod:`~gpulease.serve.proxy.backends`) and the request path's
 (:mod:`~gpulease.serve.proxy.forward`); ``set_backends``, ``drain``, ``drained`` and ``stats``
 are safe to call from any thread (the gpulease server's loop thread calls them).
 
@@ -168,6 +168,7 @@ class LoadBalancer:
         self._bound = int(self._runner.addresses[0][1])
 
     async def _close(self) -> None:
+        self._pool.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -146,7 +146,11 @@ class Forwarder:
     ) -> tuple[web.StreamResponse, bool]:
         slot = await self.pool.wait_pick(arrived + self.queue_timeout_s)
         if slot is None:
-            message = f"no ready replica within the queue timeout ({self.queue_timeout_s:g} s)"
+            message = (
+                "the endpoint is stopping"
+                if self.pool.closed
+                else f"no ready replica within the queue timeout ({self.queue_timeout_s:g} s)"
+            )
             return error_response(503, "no_replica", message), True
         body = Body(request.content) if request.body_exists else None
         if body is not None:
