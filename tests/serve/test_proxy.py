@@ -287,6 +287,7 @@ def test_every_try_failing_is_a_502_with_a_json_body(balancer: MakeBalancer) -> 
     error = response.json()["error"]
     assert error["code"] == "bad_gateway"
     assert "replica 1, 2" in error["message"] or "replica 2, 1" in error["message"]
+    assert "127.0.0.1" not in error["message"]  # the replicas' addresses stay inside
     assert [r.failed for r in lb.stats().replicas] == [1, 1]
 
 

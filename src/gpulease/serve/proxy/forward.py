@@ -24,6 +24,7 @@ replayed (it is not buffered). The failed replica is ejected for a moment (see
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -50,6 +51,7 @@ HOP_BY_HOP = frozenset(
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 # the proxy sets Host from the replica's URL and answers 100-continue itself
 _NOT_FORWARDED = frozenset({"host", "expect"})
+log = logging.getLogger("gpulease.serve")
 _NEVER_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 _BROKEN_BEFORE_RESPONSE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
@@ -172,9 +174,12 @@ class Forwarder:
                 tried.append(slot.backend.id)
                 retry = len(tried) < 2 and may_retry(request.method, exc, body)
                 next_slot = self.pool.pick(exclude=tried) if retry else None
-                if next_slot is None:
+                log.warning(
+                    "replica %d: %s %s failed: %r", tried[-1], request.method, request.path, exc
+                )
+                if next_slot is None:  # the client learns which replicas, not their addresses
                     where = ", ".join(str(i) for i in tried)
-                    message = f"replica {where} failed: {type(exc).__name__}: {exc}"
+                    message = f"replica {where} failed: {type(exc).__name__}"
                     return error_response(502, "bad_gateway", message), True
                 slot = next_slot
                 continue
