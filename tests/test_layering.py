@@ -46,10 +46,12 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
-    "controller": {"providers", "storage", "state", "optimizer", "spot"},
+    "controller": {"providers", "storage", "state", "optimizer", "spot", "serve"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
-    "serve": {"controller"},
+    # services: the load balancer (serve.proxy) and the autoscaler's pure decisions; the
+    # controller and the server run them
+    "serve": {"spec"},
     "metrics": {"state", "catalog"},
     # reports over the cost ledger (read only); the server and the CLI use it, the controller not
     "cost": {"state", "catalog", "spec"},
