@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from gpulease.clock import VirtualClock
-from gpulease.serve.proxy import Backend, LoadBalancer, ReplicaStats
+from gpulease.serve.proxy import Backend, LoadBalancer, LoadStats, ReplicaStats
 from tests.serve.replica import Replica
 from tests.waiting import wait_until
 
@@ -79,6 +79,13 @@ def get(url: str) -> httpx.Response:
 
 def backends(*replicas: Replica) -> list[Backend]:
     return [Backend(id=i, url=r.url) for i, r in enumerate(replicas)]
+
+
+def settled(lb: LoadBalancer) -> LoadStats:
+    """The balancer's stats once nothing is in flight: it books a request's end just after the
+    response's last byte left, so a client may read the answer before that."""
+    wait_until(lambda: lb.stats().in_flight == 0, 10, "every request booked")
+    return lb.stats()
 
 
 def replica_stats(lb: LoadBalancer, backend_id: int) -> ReplicaStats:
@@ -184,7 +191,7 @@ def test_a_client_that_goes_away_releases_its_replica(
         get(f"{a.url}/release/never")
         head = c.head("/id")
     assert (head.status_code, head.headers["content-length"], head.content) == (200, "1", b"")
-    assert lb.stats().failed == 0
+    assert settled(lb).failed == 0
 
 
 def test_expect_100_continue_is_answered_before_the_body(
@@ -269,7 +276,7 @@ def test_a_replica_killed_mid_request_costs_idempotent_requests_nothing(
             assert refused.json()["error"]["code"] == "bad_gateway"
             after = [c.get("/id") for _ in range(5)]  # p refuses: retried, then ejected
         assert [(r.status_code, r.text) for r in after] == [(200, "q")] * 5
-        stats = lb.stats()
+        stats = settled(lb)
         assert stats.failed == 1 and stats.requests == 9
         assert replica_stats(lb, 1).failed >= 4
         assert replica_stats(lb, 2).failed == 0
@@ -288,7 +295,7 @@ def test_every_try_failing_is_a_502_with_a_json_body(balancer: MakeBalancer) -> 
     assert error["code"] == "bad_gateway"
     assert "replica 1, 2" in error["message"] or "replica 2, 1" in error["message"]
     assert "127.0.0.1" not in error["message"]  # the replicas' addresses stay inside
-    assert [r.failed for r in lb.stats().replicas] == [1, 1]
+    assert [r.failed for r in settled(lb).replicas] == [1, 1]
 
 
 def test_drain_finishes_what_is_in_flight_and_sends_nothing_new(
@@ -339,7 +346,7 @@ def test_draining_and_replacing_under_load_drops_nothing(
     stop.set()
     codes = [code for w in workers for code in w.result(20)]
     assert codes and set(codes) == {200}
-    assert lb.stats().failed == 0
+    assert settled(lb).failed == 0
     assert a.app.served == served_by_a  # nothing reached a once drained
     assert c_replica.app.served > 0
 
@@ -379,7 +386,7 @@ def test_the_queue_times_out_with_a_503(replicas: MakeReplica, balancer: MakeBal
         lb.set_backends(backends(replicas("a")))
         lb.drain(0)  # only draining replicas: queued too
         assert c.get("/id").status_code == 503
-    assert lb.stats().failed == 2
+    assert settled(lb).failed == 2
 
 
 def test_stats_count_per_replica_over_a_window(
@@ -392,6 +399,7 @@ def test_stats_count_per_replica_over_a_window(
         codes = [c.get("/id").status_code for _ in range(5)]
         codes += [c.get("/status/500").status_code for _ in range(2)]
     assert codes == [200] * 5 + [500] * 2
+    settled(lb)
     stats = lb.stats(window_s=60)
     assert (stats.requests, stats.failed, stats.in_flight, stats.queued) == (7, 2, 0, 0)
     assert stats.qps == pytest.approx(7.0)  # all within the first second of a new balancer
