@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
-    "controller": {"providers", "storage", "state", "optimizer", "spot"},
+    "controller": {"providers", "storage", "state", "optimizer", "spot", "serve"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
     "serve": {"controller"},

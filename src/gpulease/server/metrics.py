@@ -37,7 +37,9 @@ from sqlalchemy.orm import Session
 from gpulease import __version__
 from gpulease.errors import Retryable, UserInputError
 from gpulease.server.budget_loop import BudgetLoop, budget_families
+from gpulease.server.endpoints import Endpoints
 from gpulease.server.metrics_jobs import JobMetricInputs, job_families
+from gpulease.server.metrics_services import service_families
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
 from gpulease.state import session_scope
 from gpulease.state.ledger import accrued_by_labels
@@ -86,8 +88,10 @@ class ControlPlaneCollector(Collector):
         started_at: float | None = None,
         jobs: JobMetricInputs | None = None,
         budgets: BudgetLoop | None = None,
+        services: Endpoints | None = None,
     ) -> None:
         self.engine = engine
+        self.services = services  # gpulease_service_*{service} (server.metrics_services)
         self.budgets = budgets  # gpulease_budget_*{budget}
         self.pass_times = pass_times
         self.jobs = jobs or JobMetricInputs()
@@ -103,6 +107,8 @@ class ControlPlaneCollector(Collector):
                     *job_families(session, self.jobs),
                     _cost_accrued(session),
                 ]
+                if self.services is not None:
+                    families += service_families(session, self.services)
         except OperationalError as exc:  # the DB busy or gone: the scraper retries
             raise Retryable(f"state DB: {exc.orig}") from None
         yield from families

@@ -1,5 +1,5 @@
 """The server's background work: one thread that runs the cluster reconcile pass (then the
-managed-jobs pass, which also relays provider events) about every
+managed-jobs pass, which also relays provider events, then the services pass) about every
 ``interval_s`` (at once again after a pass that changed something, or when the API wakes it), and
 the orphan sweep every ``sweep_every_s``, and the budgets loop (``server.budget_loop``) every
 ``budget_every_s``. On start it releases the claims a dead predecessor
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.controller.service_loop import ServiceReconciler
 from gpulease.server.budget_loop import BudgetLoop
 
 log = logging.getLogger("gpulease.server")
@@ -74,9 +75,11 @@ class LoopThread:
         jobs: JobReconciler | None = None,
         budgets: BudgetLoop | None = None,
         budget_every_s: float = 5.0,
+        services: ServiceReconciler | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.jobs = jobs
+        self.services = services  # stepped after the clusters and the jobs
         self.budgets = budgets  # ``budgets:`` of the config, stepped every budget_every_s
         self.budget_every_s = budget_every_s
         self.interval_s = interval_s
@@ -90,6 +93,8 @@ class LoopThread:
 
     def start(self) -> None:
         released = self.reconciler.release_stale_claims()
+        if self.services is not None:
+            released += self.services.release_stale_claims()
         if released:
             log.info("released %d claim(s) left by a previous server", released)
         self._thread.start()
@@ -115,6 +120,8 @@ class LoopThread:
             progress = self._timed("clusters", self.reconciler.run_pass)
             if self.jobs is not None:
                 progress |= self._timed("jobs", self.jobs.run_pass)
+            if self.services is not None:
+                progress |= self._timed("services", self.services.run_pass)
             self.passes += 1
             self._wake.wait(self.busy_gap_s if progress else self.interval_s)
             self._wake.clear()

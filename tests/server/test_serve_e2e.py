@@ -1,0 +1,138 @@
+"""A service end to end on a real server process and the real local provider: ``serve up`` of a
+tiny stdlib HTTP replica (it reads ``$PORT``, answers ``/health``), requests through the endpoint
+on the server's host, the status view (replicas, decisions, load), a replica's logs, a rolling
+``serve update`` under steady requests that drops none, and ``serve down`` leaving no cluster and
+no node process."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.server.conftest import ServerProcess
+from tests.waiting import wait_until
+
+REPLICA = """\
+import http.server, json, os, sys
+
+class Replica(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        body = json.dumps({"version": os.environ["VERSION"], "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+port = int(os.environ["PORT"])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Replica)
+print(f"replica version {os.environ['VERSION']} listening on {port}", flush=True)
+server.serve_forever()
+"""
+
+
+def _service(app: Path, version: str) -> dict[str, Any]:
+    return {
+        "name": "hello",
+        "resources": {"providers": ["local"]},
+        "envs": {"VERSION": version},
+        "run": f"exec python {app}",
+        "service": {
+            "port": 8080,
+            "readiness_probe": {"path": "/health", "initial_delay": "60s", "timeout": "2s"},
+            "replicas": {"min": 1, "max": 1},
+        },
+    }
+
+
+def _ready(server: ServerProcess, version: int) -> dict[str, Any] | None:
+    view = server.api.serve_status("hello")
+    replicas = view["replicas"]
+    settled = all(r["version"] == version and r["state"] == "ready" for r in replicas)
+    if view["status"] == "ready" and view["version"] == version and replicas and settled:
+        return view
+    return None
+
+
+class Traffic:
+    """Steady GET requests through the endpoint on a thread, counting answers and failures."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.ok = 0
+        self.failed: list[str] = []
+        self.versions: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=10.0) as http:
+            while not self._stop.is_set():
+                try:
+                    answer = http.get(f"{self.url}/hello")
+                    answer.raise_for_status()
+                    self.versions.add(answer.json()["version"])
+                    self.ok += 1
+                except httpx.HTTPError as exc:
+                    self.failed.append(repr(exc))
+                self._stop.wait(0.02)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def test_serve_up_requests_update_and_down_on_the_local_provider(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    app = tmp_path / "replica.py"
+    app.write_text(REPLICA)
+    server.start()
+    view = server.api.serve_up(_service(app, "1"))
+    assert view["status"] == "pending" and view["endpoint"].startswith("http://127.0.0.1:")
+    endpoint = view["endpoint"]
+    view = wait_until(lambda: _ready(server, 1), 60, "the first replica to be ready")
+
+    answer = httpx.get(f"{endpoint}/predict", timeout=10)
+    assert answer.status_code == 200 and answer.json() == {"version": "1", "path": "/predict"}
+    (replica,) = view["replicas"]
+    assert replica["where"] == "local/local" and replica["spot"] is False
+    assert replica["cluster"].startswith("hello-") and replica["index"] == 1
+    assert view["decisions"][0]["to"] == 1 and view["desired_replicas"] == 1
+    view = server.api.serve_status("hello")
+    assert view["load"]["requests"] >= 1 and view["cost"]["spent_usd"] >= 0.0
+    logs = server.api.serve_logs("hello", replica=1)
+    assert b"replica version 1 listening" in logs.data and logs.replica == 1
+
+    with Traffic(endpoint) as traffic:
+        updated = server.api.serve_update("hello", _service(app, "2"))
+        assert updated["version"] == 2
+        wait_until(lambda: _ready(server, 2), 60, "version 2 to replace version 1")
+        wait_until(lambda: "2" in traffic.versions or None, 10, "answers of version 2")
+    assert traffic.failed == [] and traffic.ok > 0
+    assert traffic.versions == {"1", "2"}
+
+    down = server.api.serve_down("hello")
+    assert down["status"] in ("shutting_down", "down")
+    wait_until(lambda: server.api.serve_status("hello")["status"] == "down" or None, 60,
+               "the service to be down")  # fmt: skip
+    assert all(c["status"] == "terminated" for c in server.api.clusters())
+    assert server.node_processes() == []
+    try:
+        httpx.get(f"{endpoint}/hello", timeout=2)
+        closed = False
+    except httpx.HTTPError:
+        closed = True
+    assert closed, "the endpoint still answers after serve down"
