@@ -15,7 +15,6 @@ from tests.cli.conftest import Cli
     ("body", "named"),
     [
         ("name: web\nrun: python app.py\n", "service:"),
-        ("name: web\nrun: python app.py\nservice:\n  port: 0\n", "service.port"),
         ("name: web\nrun: x\nservice:\n  replicas: {min: 3, max: 1}\n", "service.replicas"),
     ],
 )

@@ -43,7 +43,8 @@ class ServiceSettings:
 
     @classmethod
     def from_service_spec(cls, service: Mapping[str, Any]) -> ServiceSettings:
-        """From the spec's ``ServiceSpec`` dumped by field name (``model_dump(mode="json")``)."""
+        """From the spec's ``ServiceSpec`` dumped by field name (``model_dump()``: durations
+        as seconds)."""
         probe = service.get("readiness_probe") or {}
         replicas = service.get("replicas") or {}
         spot = service.get("spot") or {}

@@ -31,7 +31,7 @@ log = logging.getLogger("gpulease.controller.services")
 
 _C = ClusterStatus
 PROBE_EVERY_S = 5.0  # a ready replica is probed this often
-PROBE_EARLY_EVERY_S = 1.0  # one not ready yet, this often (so it joins quickly)
+PROBE_EARLY_EVERY_S = 0.5  # one not ready yet, this often (so it joins quickly)
 SAMPLES_KEPT = 4096
 
 
@@ -190,19 +190,14 @@ class Scaler:
             for r in replicas
             if r.status not in GONE and r.version == version and r.retiring is None
         ]  # fmt: skip
-        before = ScaleMemory.from_dict(memory) if memory else _no_memory()
+        before = ScaleMemory.from_dict(memory)
         got = decide(now, list(self.samples), views, policy, before,
                      spot_available=spot_available)  # fmt: skip
-        step = got.add_spot + got.add_on_demand - len(got.remove)
         after = got.memory.as_dict()
+        wanted = got.memory.target  # the replicas wanted (replacements are the loop's own)
         return ScaleInput(
-            desired=desired + step if step else desired,
-            reason=got.reason,
+            desired=int(wanted) if wanted is not None else desired,
+            reason=str(got.reason),
             remove=tuple(got.remove),
             memory=after if after != memory else None,
         )
-
-
-def _no_memory() -> ScaleMemory:
-    return ScaleMemory(last_action_at=None, above_since=None, below_since=None,
-                       spot_unavailable_until=None)  # fmt: skip

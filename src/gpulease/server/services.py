@@ -137,10 +137,11 @@ class ServiceOps:
         spot, on_demand = self._targets(task, service.spot.spot_share > 0)
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, (*spot, *on_demand))
         policy = asdict(AutoscalePolicy.from_spec(service)) if service.autoscale else None
-        dumped = service.model_dump(mode="json")
+        settings = ServiceSettings.from_service_spec(service.model_dump())  # seconds as floats
         return ServiceDocument(
-            run=taken.run, settings=ServiceSettings.from_service_spec(dumped), spec=taken.spec,
-            service=dumped, policy=policy, spot=tuple(spot), on_demand=tuple(on_demand),
+            run=taken.run, settings=settings, spec=taken.spec,
+            service=service.model_dump(mode="json", by_alias=True), policy=policy,
+            spot=tuple(spot), on_demand=tuple(on_demand),
         )  # fmt: skip
 
     def _targets(
