@@ -1,12 +1,15 @@
 """A service end to end on a real server process and the real local provider: ``serve up`` of a
 tiny stdlib HTTP replica (it reads ``$PORT``, answers ``/health``), requests through the endpoint
-on the server's host, the status view (replicas, decisions, load), a replica's logs, a rolling
-``serve update`` under steady requests that drops none, and ``serve down`` leaving no cluster and
-no node process."""
+on the server's host, the status view (replicas, decisions, load) and ``/metrics``, a replica's
+logs, a rolling ``serve update`` under steady requests that drops none, a scale-up under slow
+concurrent requests and the scale-down after them (both in the decisions), and ``serve down``
+leaving no cluster and no node process."""
 
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +19,14 @@ from tests.server.conftest import ServerProcess
 from tests.waiting import wait_until
 
 REPLICA = """\
-import http.server, json, os, sys
+import http.server, json, os, sys, time
 
 class Replica(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
+        if self.path == "/slow":
+            time.sleep(2.0)
         body = json.dumps({"version": os.environ["VERSION"], "path": self.path}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -39,7 +44,15 @@ server.serve_forever()
 """
 
 
-def _service(app: Path, version: str) -> dict[str, Any]:
+def _service(app: Path, version: str, *, autoscale: bool = False) -> dict[str, Any]:
+    scaled = {
+        "replicas": {"min": 1, "max": 2},
+        # sequential requests (1 in flight ÷ 2) stay below 0.9; four slow ones at once do not
+        "autoscale": {"metric": "load", "target_per_replica": 2, "cooldown": "0s",
+                      "up": {"above": 0.9, "add": 1, "for": "0s"},
+                      "down": {"below": 0.3, "remove": 1, "for": "1s"}},
+    }  # fmt: skip
+    fixed = {"replicas": {"min": 1, "max": 1}}
     return {
         "name": "hello",
         "resources": {"providers": ["local"]},
@@ -48,7 +61,7 @@ def _service(app: Path, version: str) -> dict[str, Any]:
         "service": {
             "port": 8080,
             "readiness_probe": {"path": "/health", "initial_delay": "60s", "timeout": "2s"},
-            "replicas": {"min": 1, "max": 1},
+            **(scaled if autoscale else fixed),
         },
     }
 
@@ -117,12 +130,15 @@ def test_serve_up_requests_update_and_down_on_the_local_provider(
     assert b"replica version 1 listening" in logs.data and logs.replica == 1
 
     with Traffic(endpoint) as traffic:
-        updated = server.api.serve_update("hello", _service(app, "2"))
+        updated = server.api.serve_update("hello", _service(app, "2", autoscale=True))
         assert updated["version"] == 2
         wait_until(lambda: _ready(server, 2), 60, "version 2 to replace version 1")
         wait_until(lambda: "2" in traffic.versions or None, 10, "answers of version 2")
     assert traffic.failed == [] and traffic.ok > 0
     assert traffic.versions == {"1", "2"}
+
+    _metrics_say_one_ready(server)
+    _scale_up_then_down(server, endpoint)
 
     down = server.api.serve_down("hello")
     assert down["status"] in ("shutting_down", "down")
@@ -136,3 +152,36 @@ def test_serve_up_requests_update_and_down_on_the_local_provider(
     except httpx.HTTPError:
         closed = True
     assert closed, "the endpoint still answers after serve down"
+
+
+def _metrics_say_one_ready(server: ServerProcess) -> None:
+    token = (server.home / "server.token").read_text().strip()
+    url = server.api.url + "/metrics"
+    text = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10).text
+    assert 'gpulease_service_replicas{service="hello",state="ready"} 1.0' in text
+    assert 'gpulease_service_desired_replicas{service="hello"} 1.0' in text
+    assert 'gpulease_service_requests_total{service="hello"}' in text
+    assert 'gpulease_service_latency_seconds{quantile="0.5",service="hello"}' in text
+
+
+def _scale_up_then_down(server: ServerProcess, endpoint: str) -> None:
+    """Four slow requests at once: load 4 ÷ 2 per replica → 1 → 2; idle after → 2 → 1."""
+    with ThreadPoolExecutor(4) as pool:
+        answers = [pool.submit(httpx.get, f"{endpoint}/slow", timeout=30) for _ in range(4)]
+        wait_until(lambda: server.api.serve_status("hello")["desired_replicas"] == 2 or None, 15,
+                   "the scale-up")  # fmt: skip
+        assert all(a.result().status_code == 200 for a in answers)
+    started = time.monotonic()
+    view = wait_until(
+        lambda: (
+            (v := server.api.serve_status("hello"))["desired_replicas"] == 1
+            and len(v["replicas"]) == 1
+            and v
+        ),
+        30,
+        "the scale-down to one replica",
+    )
+    assert time.monotonic() - started >= 0.5  # after the down rule's 1 s, not at once
+    moves = [(d["from"], d["to"]) for d in view["decisions"]]
+    assert moves[-2:] == [(1, 2), (2, 1)], view["decisions"]
+    assert all(d["reason"] and d["at"] > 0 for d in view["decisions"])  # each says why
