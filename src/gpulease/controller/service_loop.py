@@ -7,7 +7,8 @@ Replicas are ordinary clusters (``<service>-<id>-<n>``, ``service_id`` and ``rep
 set), each with the replica's ``$PORT`` in its envs — a free port of this host for providers
 whose nodes run here (local, sim), the service's ``port`` elsewhere; the cluster loop provisions,
 runs and terminates them (it confirms termination). The endpoint (one load balancer per service)
-is behind :class:`Endpoints`, which the server implements with ``serve.proxy.LoadBalancer``.
+is behind :class:`~gpulease.controller.service_ports.Endpoints`, which the server implements
+with ``serve.proxy.LoadBalancer``.
 
 States moved: service statuses (through ``set_status``, guarded by the claim), replica clusters
 → TERMINATING; ``services.desired_replicas``, ``autoscale`` and ``decisions``.
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
@@ -38,6 +38,7 @@ from gpulease.controller.service_observe import (
     replica_index,
     replica_snap,
 )
+from gpulease.controller.service_ports import Endpoints, free_port
 from gpulease.controller.service_rules import (
     CloseEndpoint,
     Launch,
@@ -54,7 +55,6 @@ from gpulease.controller.service_rules import (
 from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import Provider, SupportsSpotMarket
-from gpulease.serve.proxy import LoadStats
 from gpulease.state import (
     Claim,
     Cluster,
@@ -79,30 +79,6 @@ SAME_HOST_PROVIDERS = frozenset({"local", "sim"})  # their nodes are processes o
 MAX_DECISIONS = 200
 SPOT_COOLDOWN_S = 600.0  # after a spot replica is preempted, replacements go on-demand this long
 _C = ClusterStatus
-
-
-class Endpoints(Protocol):
-    """The services' load balancers, by service id (the server's ``server.endpoints``)."""
-
-    def open(self, service_id: int, port: int | None) -> int:
-        """Serve the endpoint (idempotent); the port it listens on."""
-        ...
-
-    def set_backends(self, service_id: int, backends: Sequence[tuple[int, str]]) -> None: ...
-
-    def drain(self, service_id: int, replica_id: int) -> None: ...
-
-    def drained(self, service_id: int, replica_id: int) -> bool: ...
-
-    def stats(self, service_id: int) -> LoadStats | None: ...
-
-    def close(self, service_id: int) -> None: ...
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ServiceReconciler:
@@ -178,7 +154,7 @@ class ServiceReconciler:
             status, version, desired = row.status, row.version, row.desired_replicas
             memory, name, port = dict(row.autoscale or {}), row.name, row.endpoint_port
         if status is not ServiceStatus.SHUTTING_DOWN:
-            self.endpoints.open(service_id, port)
+            self._open_endpoint(service_id, port)
         for r in replicas:
             probe_replica(self.probe, r, self._health(r.id), doc.settings, now)
         replicas = tuple(replace(r, ready=self._health(r.id).ready) for r in replicas)
@@ -205,6 +181,16 @@ class ServiceReconciler:
             backends=self.backends.get(service_id, frozenset()), scale=scale,
             spot_available=spot_ok, failures_in_a_row=seen[1] if seen[0] == version else 0,
         )  # fmt: skip
+
+    def _open_endpoint(self, service_id: int, port: int | None) -> None:
+        """Serve the endpoint (idempotent); a service created without one (its port could not
+        be bound then) keeps the port it gets now."""
+        bound = self.endpoints.open(service_id, port)
+        if bound != port:
+            with session_scope(self.engine) as session:
+                row = session.get(Service, service_id)
+                if row is not None and row.endpoint_port is None:
+                    row.endpoint_port = bound
 
     def _health(self, replica_id: int) -> ReplicaHealth:
         return self.health.setdefault(replica_id, ReplicaHealth())
