@@ -23,12 +23,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpulease.clock import Clock
 from gpulease.controller.document import LaunchDocument
 from gpulease.controller.reconciler import worker_prefix
+from gpulease.controller.service_address import SAME_HOST_PROVIDERS, ReplicaAddresses
 from gpulease.controller.service_document import ServiceDocument
 from gpulease.controller.service_observe import (
     HttpProbe,
@@ -37,6 +38,7 @@ from gpulease.controller.service_observe import (
     probe_replica,
     replica_index,
     replica_snap,
+    replica_url,
 )
 from gpulease.controller.service_ports import Endpoints, free_port
 from gpulease.controller.service_rules import (
@@ -62,6 +64,7 @@ from gpulease.state import (
     ClusterStatus,
     InvalidTransition,
     LostRace,
+    Node,
     Service,
     ServiceStatus,
     check_held,
@@ -75,7 +78,6 @@ from gpulease.state.claims import Claimable
 log = logging.getLogger("gpulease.controller.services")
 
 ACTOR = "services"
-SAME_HOST_PROVIDERS = frozenset({"local", "sim"})  # their nodes are processes on this host
 MAX_DECISIONS = 200
 SPOT_COOLDOWN_S = 600.0  # after a spot replica is preempted, replacements go on-demand this long
 _C = ClusterStatus
@@ -110,6 +112,7 @@ class ServiceReconciler:
             self, engine, clock=clock, worker=self.worker, settings=settings
         )
         self.probe = probe or HttpProbe()
+        self.addresses = ReplicaAddresses(providers)  # SSH forwards to cloud replicas
         self.health: dict[int, ReplicaHealth] = {}  # by replica cluster id
         self.scalers: dict[int, Scaler] = {}  # by service id
         self.backends: dict[int, frozenset[int]] = {}  # what each load balancer has now
@@ -120,6 +123,7 @@ class ServiceReconciler:
 
     def close(self) -> None:
         self.probe.close()
+        self.addresses.close()
 
     def due(self) -> list[int]:
         with session_scope(self.engine) as session:
@@ -196,22 +200,36 @@ class ServiceReconciler:
         return self.health.setdefault(replica_id, ReplicaHealth())
 
     def _replicas(self, session: Session, service_id: int) -> tuple[ReplicaSnap, ...]:
-        stmt = select(Cluster).where(Cluster.service_id == service_id).order_by(Cluster.id)
+        known = list(self.health)  # terminated ones are looked at once more, to forget them
+        wanted = or_(Cluster.status != _C.TERMINATED, Cluster.id.in_(known))
+        stmt = select(Cluster).where(Cluster.service_id == service_id, wanted)
         found = []
-        for cluster in session.scalars(stmt):
-            if cluster.status is _C.TERMINATED:
-                self.health.pop(cluster.id, None)
+        for cluster in session.scalars(stmt.order_by(Cluster.id)):
             nodes = list_nodes(session, cluster.id)
+            if cluster.status is _C.TERMINATED:
+                self._forget(cluster.id, nodes)
+                continue
             health = self._health(cluster.id)
             running = cluster.status_changed_at if cluster.status is _C.RUNNING else None
             drained = False
             if health.retiring is not None:
                 drained = self.endpoints.drained(service_id, cluster.id)
-            snap = replica_snap(cluster, nodes, health, running_since=running, drained=drained)
+            url = None
+            if cluster.status is _C.RUNNING and health.retiring is None:
+                url = replica_url(cluster, nodes, self.addresses)
+            url = url or self._urls.get(cluster.id)  # a draining one keeps its address
+            snap = replica_snap(cluster, nodes, health, url=url, running_since=running,
+                                drained=drained)  # fmt: skip
             if snap.url is not None:
                 self._urls[cluster.id] = snap.url
             found.append(snap)
         return tuple(found)
+
+    def _forget(self, replica_id: int, nodes: Sequence[Node]) -> None:
+        self.health.pop(replica_id, None)
+        self._urls.pop(replica_id, None)
+        for node in nodes:
+            self.addresses.drop(node.instance_id)
 
     def _spot_available(self, service_id: int, doc: ServiceDocument, now: float) -> bool:
         if not doc.spot:

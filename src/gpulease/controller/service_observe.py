@@ -5,7 +5,8 @@ load balancer's samples — turned into the pure :class:`~gpulease.controller.se
 
 Owns :class:`ReplicaHealth` (the loop's memory of one replica between passes: probe results,
 whether it is retiring), :class:`HttpProbe` (``GET readiness_probe.path``, or ``POST`` with
-``post_data``, within its timeout; 2xx is ready), :func:`replica_url` and :class:`Scaler` (the
+``post_data``, within its timeout; 2xx is ready), :func:`replica_url` (through
+:mod:`~gpulease.controller.service_address`) and :class:`Scaler` (the
 load samples of a service and the call of ``serve.autoscale.decide``). Moves no states.
 """
 
@@ -16,11 +17,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import httpx
 
 from gpulease.controller.document import LaunchDocument
+from gpulease.controller.service_address import ReplicaAddresses
 from gpulease.controller.service_document import ServiceDocument, ServiceSettings
 from gpulease.controller.service_rules import GONE, ReplicaSnap, ScaleInput
 from gpulease.serve.autoscale import AutoscalePolicy, LoadSample, ReplicaView, ScaleMemory, decide
@@ -77,14 +78,13 @@ def replica_port(cluster: Cluster) -> int | None:
     return int(port) if port and port.isdigit() else None
 
 
-def replica_url(cluster: Cluster, nodes: Sequence[Node]) -> str | None:
-    """``http://<node address>:<$PORT>`` once node 0 is up (its agent's host is its address)."""
+def replica_url(cluster: Cluster, nodes: Sequence[Node], addresses: ReplicaAddresses) -> str | None:
+    """Node 0's address and the replica's ``$PORT`` once node 0 is up
+    (:class:`~gpulease.controller.service_address.ReplicaAddresses`)."""
     port = replica_port(cluster)
     for node in nodes:
-        if node.node_rank == 0 and node.state is NodeState.READY and node.agent_url:
-            host = urlsplit(node.agent_url).hostname
-            if host and port:
-                return f"http://{host}:{port}"
+        if node.node_rank == 0 and node.state is NodeState.READY and node.agent_url and port:
+            return addresses.url(node.provider, node.instance_id, node.agent_url, port)
     return None
 
 
@@ -99,6 +99,7 @@ def replica_snap(
     nodes: Sequence[Node],
     health: ReplicaHealth,
     *,
+    url: str | None,
     running_since: float | None,
     drained: bool,
 ) -> ReplicaSnap:
@@ -109,7 +110,7 @@ def replica_snap(
         version=cluster.replica_version or 1,
         status=cluster.status,
         spot=cluster.pricing == "spot",
-        url=replica_url(cluster, nodes),
+        url=url,
         running_since=running_since,
         node_lost=lost,
         ready=health.ready,
