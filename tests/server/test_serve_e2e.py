@@ -1,9 +1,10 @@
 """A service end to end on a real server process and the real local provider: ``serve up`` of a
 tiny stdlib HTTP replica (it reads ``$PORT``, answers ``/health``), requests through the endpoint
 on the server's host, the status view (replicas, decisions, load) and ``/metrics``, a replica's
-logs, a rolling ``serve update`` under steady requests that drops none, a scale-up under slow
-concurrent requests and the scale-down after them (both in the decisions), and ``serve down``
-leaving no cluster and no node process."""
+logs, a server killed and restarted (the endpoint back on its port, the same replica), a rolling
+``serve update`` under steady requests that drops none, a scale-up under slow concurrent
+requests and the scale-down after them (both in the decisions), and ``serve down`` leaving no
+cluster and no node process."""
 
 from __future__ import annotations
 
@@ -76,6 +77,13 @@ def _ready(server: ServerProcess, version: int) -> dict[str, Any] | None:
     return None
 
 
+def _answers(url: str) -> bool | None:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200 or None
+    except httpx.HTTPError:
+        return None
+
+
 class Traffic:
     """Steady GET requests through the endpoint on a thread, counting answers and failures."""
 
@@ -131,6 +139,11 @@ def test_serve_up_requests_update_and_down_on_the_local_provider(
     assert view["load"]["requests"] >= 1 and view["cost"]["spent_usd"] >= 0.0
     logs = server.api.serve_logs("hello", replica=1)
     assert b"replica version 1 listening" in logs.data and logs.replica == 1
+
+    server.kill()  # the replica keeps running; a new server opens the endpoint on its port again
+    server.start()
+    wait_until(lambda: _answers(f"{endpoint}/again"), 30, "the endpoint after a restart")
+    assert [r["cluster"] for r in server.api.serve_status("hello")["replicas"]] == ["hello-1-1"]
 
     with Traffic(endpoint) as traffic:
         updated = server.api.serve_update("hello", _service(app, "2", autoscale=True))
