@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -39,6 +40,7 @@ from gpulease.controller.service_observe import (
     replica_index,
     replica_snap,
     replica_url,
+    spot_available,
 )
 from gpulease.controller.service_ports import Endpoints, free_port
 from gpulease.controller.service_rules import (
@@ -55,8 +57,7 @@ from gpulease.controller.service_rules import (
     decide_service,
 )
 from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
-from gpulease.errors import GpuleaseError
-from gpulease.providers.base import Provider, SupportsSpotMarket
+from gpulease.providers.base import Provider
 from gpulease.state import (
     Claim,
     Cluster,
@@ -79,6 +80,7 @@ log = logging.getLogger("gpulease.controller.services")
 
 ACTOR = "services"
 MAX_DECISIONS = 200
+PROBE_THREADS = 8  # a service's readiness probes run at once, so one slow replica holds no other
 SPOT_COOLDOWN_S = 600.0  # after a spot replica is preempted, replacements go on-demand this long
 _C = ClusterStatus
 
@@ -112,6 +114,7 @@ class ServiceReconciler:
             self, engine, clock=clock, worker=self.worker, settings=settings
         )
         self.probe = probe or HttpProbe()
+        self._probes = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
         self.addresses = ReplicaAddresses(providers)  # SSH forwards to cloud replicas
         self.health: dict[int, ReplicaHealth] = {}  # by replica cluster id
         self.scalers: dict[int, Scaler] = {}  # by service id
@@ -122,6 +125,7 @@ class ServiceReconciler:
         self._held: Claim | None = None
 
     def close(self) -> None:
+        self._probes.shutdown(wait=True)
         self.probe.close()
         self.addresses.close()
 
@@ -159,8 +163,9 @@ class ServiceReconciler:
             memory, name, port = dict(row.autoscale or {}), row.name, row.endpoint_port
         if status is not ServiceStatus.SHUTTING_DOWN:
             self._open_endpoint(service_id, port)
-        for r in replicas:
-            probe_replica(self.probe, r, self._health(r.id), doc.settings, now)
+        healths = [self._health(r.id) for r in replicas]  # probed at once, on the pool
+        list(self._probes.map(lambda r, h: probe_replica(self.probe, r, h, doc.settings, now),
+                              replicas, healths))  # fmt: skip
         replicas = tuple(replace(r, ready=self._health(r.id).ready) for r in replicas)
         if any(r.ready for r in replicas):
             self.failures.pop(service_id, None)  # a replica is ready: the failures in a row end
@@ -232,21 +237,10 @@ class ServiceReconciler:
             self.addresses.drop(node.instance_id)
 
     def _spot_available(self, service_id: int, doc: ServiceDocument, now: float) -> bool:
-        if not doc.spot:
-            return False
         lost = self.spot_lost_at.get(service_id)
         if lost is not None and now - lost < SPOT_COOLDOWN_S:
             return False
-        target = doc.spot[0]
-        provider = self.providers.get(target.provider)
-        if isinstance(provider, SupportsSpotMarket):
-            try:
-                known = provider.spot_available(target.region, target.zone, target.num_nodes)
-            except GpuleaseError:
-                known = None
-            if known is not None:
-                return known
-        return True
+        return spot_available(self.providers, doc)
 
     # ---- decide and apply -------------------------------------------------------------------
 

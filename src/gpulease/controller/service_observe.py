@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,6 +24,8 @@ from gpulease.controller.document import LaunchDocument
 from gpulease.controller.service_address import ReplicaAddresses
 from gpulease.controller.service_document import ServiceDocument, ServiceSettings
 from gpulease.controller.service_rules import GONE, ReplicaSnap, ScaleInput
+from gpulease.errors import GpuleaseError
+from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.serve.autoscale import AutoscalePolicy, LoadSample, ReplicaView, ScaleMemory, decide
 from gpulease.serve.proxy import LoadStats
 from gpulease.state import Cluster, ClusterStatus, Node, NodeState
@@ -202,3 +204,20 @@ class Scaler:
             remove=tuple(got.remove),
             memory=after if after != memory else None,
         )
+
+
+def spot_available(providers: Mapping[str, Provider], doc: ServiceDocument) -> bool:
+    """Whether a spot replica can be had now: the service has spot targets and the first one's
+    provider does not say otherwise."""
+    if not doc.spot:
+        return False
+    target = doc.spot[0]
+    provider = providers.get(target.provider)
+    if isinstance(provider, SupportsSpotMarket):
+        try:
+            known = provider.spot_available(target.region, target.zone, target.num_nodes)
+        except GpuleaseError:
+            known = None
+        if known is not None:
+            return known
+    return True
