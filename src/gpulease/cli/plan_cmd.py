@@ -121,6 +121,8 @@ def _table(plans: tuple[Plan, ...], title: str, *, compact: bool = False) -> obj
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", show_lines=False)
+    serving = any(p.serving for p in plans)  # inference: latency and $ per 1M output tokens
+    extra = ("p95", "$/1M tok", "$/1k req") if serving else ()
     for column in (
         "#",
         "provider",
@@ -131,8 +133,10 @@ def _table(plans: tuple[Plan, ...], title: str, *, compact: bool = False) -> obj
         "$/h",
         "hours",
         "cost (low–high)",
+        *extra,
     ):
-        table.add_column(column, justify="right" if column in {"#", "GPUs", "$/h"} else "left")
+        right = column in {"#", "GPUs", "$/h", *extra}
+        table.add_column(column, justify="right" if right else "left")
     for p in plans:
         where = p.region + (f" ({p.zone})" if p.zone else "")
         gpus = (
@@ -159,8 +163,24 @@ def _table(plans: tuple[Plan, ...], title: str, *, compact: bool = False) -> obj
             f"{p.price_per_hour:,.2f}",
             hours(p.est_hours.expected if p.est_hours else None),
             cost,
+            *(_serving_cells(p) if serving else ()),
         )
     return table
+
+
+def _serving_cells(p: Plan) -> tuple[str, str, str]:
+    """p95 latency, $ per 1M output tokens and $ per 1k requests of an inference plan."""
+    s = p.serving
+    if s is None:
+        return ("—", "—", "—")
+    p95 = "—" if s.latency_p95_s is None else f"{s.latency_p95_s:.1f} s"
+    per_token = s.usd_per_1m_output_tokens
+    per_request = s.usd_per_1k_requests
+    return (
+        p95,
+        "—" if per_token is None else f"{per_token:,.2f}",
+        "—" if per_request is None else f"{per_request:,.3f}",
+    )
 
 
 def _print_reasons(out: object, plans: tuple[Plan, ...], verbose: bool) -> None:

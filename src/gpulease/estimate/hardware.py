@@ -245,8 +245,11 @@ def _serving(
     notes = served.notes + extra
     if needed > gpus:
         notes = (f"the request rate needs {needed} GPUs; {gpus} given", *notes)
+    if served.target_miss is not None:
+        notes = (f"misses the latency target: {served.target_miss}", *notes)
+    fits = needed <= gpus and served.target_miss is None
     return HardwareEstimate(
-        **base, fits=needed <= gpus, hours=served.hours, gpu_hours=served.hours.scale(gpus),
+        **base, fits=fits, hours=served.hours, gpu_hours=served.hours.scale(gpus),
         memory_per_gpu_gb=served.memory_per_gpu_gb, sharding=f"tp{served.gpus_per_replica}",
         expert_parallel=1, mfu=None, scaling_efficiency=None, total_flops=None, notes=notes,
     )  # fmt: skip

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulease.estimate.latency import Latency
+
 
 @dataclass(frozen=True, slots=True)
 class HoursRange:
@@ -50,6 +52,9 @@ class InferenceEstimate:
 
     ``tokens_per_second_per_replica`` counts prompt and output tokens together (the unit the
     replicas are sized in); ``hours`` is how long the service runs (``workload.hours``).
+    ``latency`` holds one replica's p95 figures at its share of ``requests_per_second``
+    (None where that load is not served); ``target_miss`` says why no replica meets the
+    workload's latency targets (then ``replicas`` is only the throughput sizing).
     """
 
     gpus_per_replica: int
@@ -58,3 +63,7 @@ class InferenceEstimate:
     tokens_per_second_per_replica: float
     hours: HoursRange
     notes: tuple[str, ...]
+    latency: Latency | None = None
+    target_miss: str | None = None
+    requests_per_second: float = 0.0
+    output_tokens: int = 0

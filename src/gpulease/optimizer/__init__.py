@@ -8,7 +8,15 @@ the rejected offer classes.
 from __future__ import annotations
 
 from gpulease.optimizer.core import plan, plan_all
-from gpulease.optimizer.plan import OBJECTIVES, Objective, Plan, PlanResult, Range, Rejection
+from gpulease.optimizer.plan import (
+    OBJECTIVES,
+    Objective,
+    Plan,
+    PlanResult,
+    Range,
+    Rejection,
+    ServingFigures,
+)
 
 __all__ = [
     "OBJECTIVES",
@@ -17,6 +25,7 @@ __all__ = [
     "PlanResult",
     "Range",
     "Rejection",
+    "ServingFigures",
     "plan",
     "plan_all",
 ]

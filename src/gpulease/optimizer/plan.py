@@ -1,4 +1,5 @@
-"""The optimizer's results: :class:`Plan`, :class:`Range`, :class:`Rejection`, :class:`PlanResult`.
+"""The optimizer's results: :class:`Plan`, :class:`Range`, :class:`Rejection`, :class:`PlanResult`,
+and a serving plan's :class:`ServingFigures` (latency and $ per 1M output tokens / 1k requests).
 
 Plans are plain frozen dataclasses built only for the few offers that make the top N or the Pareto
 front; the enumeration itself works on numpy columns.
@@ -31,6 +32,39 @@ class Range:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingFigures:
+    """What an inference plan serves: replicas, one replica's p95 latency at its share of the
+    load, and what the load costs per 1M output tokens and per 1k requests (the plan's expected
+    cost per hour, spot restarts included, over the requests and tokens it serves an hour)."""
+
+    replicas: int
+    gpus_per_replica: int
+    requests_per_second: float  # the workload's, all replicas together
+    tokens_per_second_per_replica: float  # capacity at a full batch, prompt + output
+    ttft_p95_s: float | None
+    tpot_p95_s: float | None
+    latency_p95_s: float | None
+    usd_per_1m_output_tokens: float | None
+    usd_per_1k_requests: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        def r(value: float | None, digits: int = 4) -> float | None:
+            return None if value is None else round(value, digits)
+
+        return {
+            "replicas": self.replicas,
+            "gpus_per_replica": self.gpus_per_replica,
+            "requests_per_second": self.requests_per_second,
+            "tokens_per_second_per_replica": round(self.tokens_per_second_per_replica, 1),
+            "ttft_p95_s": r(self.ttft_p95_s),
+            "tpot_p95_s": r(self.tpot_p95_s, 5),
+            "latency_p95_s": r(self.latency_p95_s),
+            "usd_per_1m_output_tokens": r(self.usd_per_1m_output_tokens),
+            "usd_per_1k_requests": r(self.usd_per_1k_requests),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """One way to run the task: an offer × node count × pricing model, with estimates."""
 
@@ -59,6 +93,17 @@ class Plan:
     cpu_arch: str = "x86_64"  # the host CPU architecture of the offer
     vcpus: float | None = None  # per node, as the offer states (None: not stated)
     ram_gb: float | None = None  # per node
+    serving: ServingFigures | None = None  # inference plans only
+
+    @property
+    def usd_per_1m_output_tokens(self) -> float | None:
+        """An inference plan's cost per 1M output tokens at the workload's rate (else None)."""
+        return self.serving.usd_per_1m_output_tokens if self.serving else None
+
+    @property
+    def usd_per_1k_requests(self) -> float | None:
+        """An inference plan's cost per 1k requests at the workload's rate (else None)."""
+        return self.serving.usd_per_1k_requests if self.serving else None
 
     @property
     def cpu_only(self) -> bool:
@@ -97,6 +142,7 @@ class Plan:
             "vcpus": self.vcpus,
             "ram_gb": self.ram_gb,
             "cpu_only": self.cpu_only,
+            "serving": self.serving.to_dict() if self.serving else None,
         }
 
 

@@ -17,6 +17,7 @@ from gpulease.optimizer.constraints import candidate_mask, describe_candidate, r
 from gpulease.optimizer.explain import plan_reasons
 from gpulease.optimizer.funnel import Funnel, examples
 from gpulease.optimizer.plan import Objective, Plan, Range
+from gpulease.optimizer.serving import serving_of
 from gpulease.optimizer.sizing import ConfigSizing
 from gpulease.spec.models import AcceleratorRequest, Task
 
@@ -431,6 +432,7 @@ def _make_plan(
         cpu_arch=str(offers.cpu_arch[i]),
         vcpus=_stated(offers.vcpus[i]),
         ram_gb=_stated(offers.ram_gb[i]),
+        serving=serving_of(sizing, opt, cost),
     )
     notes = sizing.notes[opt] if opt < len(sizing.notes) else ()
     reasons = plan_reasons(

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from gpulease.catalog.types import AcceleratorSpec
 from gpulease.estimate import estimate_inference, estimate_training, min_training_gpus
+from gpulease.estimate.results import InferenceEstimate
 from gpulease.spec.models import Workload
 
 MAX_OPTIONS = 8
@@ -39,6 +40,7 @@ class ConfigSizing:
     sharding: list[str | None] = field(default_factory=list)
     mfu: list[float] = field(default_factory=list)
     infeasible: str | None = None  # a template: "{gpus}" stands for the GPUs per node
+    serving: list[InferenceEstimate | None] = field(default_factory=list)  # inference only
 
 
 def _empty() -> ConfigSizing:
@@ -159,6 +161,11 @@ def size_inference(
             f"weights + KV cache do not fit {{gpus}} × {spec.part} ({spec.memory_gb:g} GB each)"
         )
         return sizing
+    if est.target_miss is not None:
+        sizing.infeasible = (
+            f"misses the latency target on {{gpus}} × {spec.part}, {est.target_miss}"
+        )
+        return sizing
     per_node = max(1, gpus_per_node // est.gpus_per_replica)
     nodes = math.ceil(est.replicas / per_node)
     if fixed_nodes is not None:
@@ -178,4 +185,5 @@ def size_inference(
     sizing.notes.append((served, *est.notes))
     sizing.sharding.append(f"tp{est.gpus_per_replica}")
     sizing.mfu.append(math.nan)
+    sizing.serving.append(est)
     return sizing

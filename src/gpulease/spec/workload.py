@@ -5,9 +5,10 @@ their hours; see :mod:`gpulease.spec.models` for the contract. No states.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal, Self
 
-from pydantic import BeforeValidator, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from gpulease.spec.base import SpecModel as _Model
 from gpulease.spec.fields import lowercase
@@ -18,8 +19,17 @@ from gpulease.spec.quantities import (
     PositiveNumber,
     format_count,
 )
+from gpulease.units import parse_duration_hours
 
-__all__ = ["Architecture", "ModelSpec", "Precision", "Sharding", "Workload", "WorkloadKind"]
+__all__ = [
+    "Architecture",
+    "LatencySeconds",
+    "ModelSpec",
+    "Precision",
+    "Sharding",
+    "Workload",
+    "WorkloadKind",
+]
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 Sharding = Literal["ddp", "fsdp", "zero3"]
@@ -35,6 +45,48 @@ _KIND_ALIASES = {
 def _kind(value: object) -> object:
     value = lowercase(value)
     return _KIND_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+# --- serving latency targets (issue 17): 2s, 800ms, 0.5 (seconds) ---------------------------
+
+
+def _latency_seconds(value: object) -> object:
+    """``2s`` → 2.0; ``800ms`` → 0.8; ``1m`` → 60.0; a plain number is seconds (a latency in
+    hours is never meant). Other values pass through for pydantic to reject."""
+    if isinstance(value, bool):
+        raise ValueError("expected a latency such as 2s or 800ms, got a boolean")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            if text.endswith("ms"):
+                seconds = float(text[:-2].strip()) / 1000
+            elif text and (text[-1].isdigit() or text.endswith(".")):
+                seconds = float(text)
+            else:
+                seconds = parse_duration_hours(text) * 3600
+        except ValueError:
+            raise ValueError(f"expected a latency such as 2s or 800ms, got {value!r}") from None
+        if not math.isfinite(seconds):
+            raise ValueError(f"expected a finite latency, got {value!r}")
+        return seconds
+    return value
+
+
+LatencySeconds = Annotated[
+    float,
+    Field(gt=0, allow_inf_nan=False),
+    BeforeValidator(_latency_seconds),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "description": "seconds"},
+                {"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]*)?\s*(ms|s|sec|m|min)?\s*$"},
+            ],
+            "examples": ["2s", "800ms", "1.5s", 0.5],
+        }
+    ),
+]
+"""A latency in seconds, written ``2s``, ``800ms``, ``1.5s`` or as a number of seconds."""
 
 
 class ModelSpec(_Model):
@@ -122,6 +174,14 @@ class Workload(_Model):
     """Inference: context length to provision for."""
     hours: PositiveDuration | None = None
     """Inference: how long to serve (720h, 30d)."""
+    # serving latency targets (issue 17): a plan whose replica misses one is rejected
+    latency_p95_s: LatencySeconds | None = Field(default=None, alias="latency_p95")
+    """Inference: 95th-percentile request latency to meet (2s, 800ms): first token + every
+    output token, under the load of requests_per_second."""
+    ttft_p95_s: LatencySeconds | None = Field(default=None, alias="ttft_p95")
+    """Inference: 95th-percentile time to first token to meet (500ms)."""
+    tpot_p95_s: LatencySeconds | None = Field(default=None, alias="tpot_p95")
+    """Inference: 95th-percentile time per output token to meet (50ms)."""
 
     @model_validator(mode="after")
     def _expert_parallel_fits(self) -> Self:
@@ -136,6 +196,21 @@ class Workload(_Model):
             raise ValueError(
                 f"expert_parallel ({degree}) must not exceed model.experts ({model.experts})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _latency_targets_serve(self) -> Self:
+        given = [
+            alias
+            for alias, value in (
+                ("latency_p95", self.latency_p95_s),
+                ("ttft_p95", self.ttft_p95_s),
+                ("tpot_p95", self.tpot_p95_s),
+            )
+            if value is not None
+        ]
+        if given and self.kind != "inference":
+            raise ValueError(f"{', '.join(given)}: latency targets need kind: inference")
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,1 @@
+"""Serving: the autoscaler's decisions and the load balancer."""
