@@ -183,6 +183,10 @@ class ServiceReconciler:
                 memory=memory,
                 spot_available=spot_ok,
             )
+            held = (scale.memory if scale and scale.memory else memory).get(
+                "spot_unavailable_until"
+            )
+            spot_ok = spot_ok and not (held is not None and float(held) > now)  # its spot hold
         seen = self.failures.get(service_id, (version, 0))
         return ServiceSnap(
             now=now, id=service_id, name=name, status=status, version=version, desired=desired,
