@@ -35,6 +35,14 @@ _FIELD_PATHS = [
     ("workload", "epochs"), ("workload", "precision"), ("workload", "hours"),
     ("checkpoint",), ("checkpoint", "sync_interval"), ("job_recovery",),
     ("job_recovery", "strategy"), ("job_recovery", "zone_cooldown"), ("service",),
+    ("service", "port"), ("service", "readiness_probe"), ("service", "replicas"),
+    ("service", "replica_policy"), ("service", "autoscale"), ("service", "spot"),
+    ("service", "ports"), ("service", "readiness_probe", "timeout"),
+    ("service", "replicas", "max"), ("service", "autoscale", "up"),
+    ("service", "autoscale", "down", "below"), ("service", "replica_policy", "min_replicas"),
+    ("service", "replica_policy", "target_qps_per_replica"), ("resources", "ports"),
+    ("resources", "pool"), ("pool",), ("pool", "workers"), ("pool", "max_nodes"),
+    ("pool", "idle_timeout"),
 ]  # fmt: skip
 
 _BASE: dict[str, Any] = {

@@ -77,9 +77,9 @@ def test_skypilot_examples_validate_against_the_schema(path: Path) -> None:
 def test_skypilot_fields_are_marked_as_compatibility() -> None:
     schema = task_json_schema()
     resources = _properties(schema, "Resources")
-    for name in ("cloud", "infra", "any_of", "ordered", "disk_size", "ports", "labels"):
+    for name in ("cloud", "infra", "any_of", "ordered", "disk_size", "labels"):
         assert resources[name]["description"].startswith("SkyPilot compatibility: "), name
-    for name in ("service", "secrets", "config"):
+    for name in ("secrets", "config"):
         assert _properties(schema)[name]["description"].startswith("SkyPilot compatibility: ")
 
 

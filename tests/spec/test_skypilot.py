@@ -47,7 +47,8 @@ def test_basic_skypilot_task() -> None:
     assert "resources.cloud, resources.disk_size, resources.image_id" in messages[0]
     rest = "\n".join(messages[1:])
     assert ":8: resources.image_id: ignored" in rest
-    assert ":9: resources.ports: ignored" in rest
+    assert task.resources.ports == [8080]
+    assert "resources.ports" not in rest
     assert ":14: file_mounts./checkpoints: ignored" in rest
     assert ":25: envs.HF_TOKEN: has no value" in rest
 
@@ -104,9 +105,14 @@ def test_service_on_kubernetes() -> None:
     task, messages = load_task_with_warnings(FIXTURES / "skypilot" / "service_k8s.yaml")
     assert task.resources.providers == ["kubernetes"]
     assert task.resources.accelerators == AcceleratorRequest(choices={"L4": 1})
+    assert task.service is not None
+    assert task.service.port == 8000  # the first of resources.ports
+    assert task.service.readiness_probe.path == "/v1/models"
+    assert (task.service.replicas.min, task.service.replicas.max) == (2, 2)
     joined = "\n".join(messages)
-    for field in ("service", "secrets", "config", "resources.ports"):
+    for field in ("secrets", "config"):
         assert f"{field}: ignored" in joined
+    assert ": service" not in joined and "resources.ports" not in joined
     assert "kubernetes context 'my-context' is ignored" in joined
 
 
@@ -144,7 +150,6 @@ def test_infra_strings(infra: str, providers: list[str] | None, regions: list[st
     ("field", "value"),
     [
         ("image_id", "docker:ubuntu"),
-        ("ports", "[8080, 8081]"),
         ("labels", "{team: ml}"),
         ("accelerator_args", "{tpu_vm: true}"),
         ("priority", "5"),
@@ -160,9 +165,7 @@ def test_resource_fields_gpulease_cannot_honour_are_named_in_a_warning(
     assert f"resources.{field}" in messages[0]
 
 
-@pytest.mark.parametrize(
-    "field", ["service", "secrets", "config", "volumes", "event_callback", "pool", "inputs"]
-)
+@pytest.mark.parametrize("field", ["secrets", "config", "volumes", "event_callback", "inputs"])
 def test_top_level_fields_gpulease_cannot_honour_are_named_in_a_warning(field: str) -> None:
     _, messages = _parse(f"{field}: {{}}\nrun: echo hi\n")
     assert any(f"sky.yaml:1: {field}: ignored" in message for message in messages)

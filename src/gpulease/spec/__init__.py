@@ -4,6 +4,9 @@ Modules (private unless re-exported here):
 
 - ``models``        Task / Resources / AcceleratorRequest / Candidate / … (the contract)
 - ``workload``      Workload / ModelSpec (re-exported by ``models``)
+- ``service``       the ``service:`` section (ServiceSpec and its parts)
+- ``serve_fields``  field types of services and pools: seconds, ports, counts
+- ``pool``          the ``pool:`` section of a pool file (PoolSpec)
 - ``base``          the configuration every model shares
 - ``quantities``    field types of ``7B``, ``36h``, ``$500``, ``32+``: read, written, described
 - ``fields``        field types of names, ``use_spot``, envs and free-form config
@@ -11,6 +14,7 @@ Modules (private unless re-exported here):
 - ``yaml_lines``    YAML ↔ data with the line of every key
 - ``normalize``     alternative spellings and SkyPilot task YAML → gpulease field names
 - ``candidates``    SkyPilot's any_of / ordered lists folded into one request (and candidates)
+- ``skypilot_serve`` SkyPilot's ``service:`` (SkyServe) and ``pool:`` fields → gpulease's
 - ``diagnostics``   validation errors → one SpecError naming field and line
 - ``loader``        load / parse / dump entry points, SpecWarning
 - ``schema``        JSON Schema of the user-facing format
@@ -36,19 +40,35 @@ from gpulease.spec.models import (
     CheckpointSpec,
     JobRecovery,
     ModelSpec,
+    PoolSpec,
     Resources,
     Task,
     Workload,
 )
 from gpulease.spec.schema import task_json_schema
+from gpulease.spec.service import (
+    AutoscaleSpec,
+    ReadinessProbe,
+    ReplicaRange,
+    ScaleRule,
+    ServiceSpec,
+    ServiceSpot,
+)
 
 __all__ = [
     "KNOWN_ACCELERATORS",
     "AcceleratorRequest",
+    "AutoscaleSpec",
     "CheckpointSpec",
     "JobRecovery",
     "ModelSpec",
+    "PoolSpec",
+    "ReadinessProbe",
+    "ReplicaRange",
     "Resources",
+    "ScaleRule",
+    "ServiceSpec",
+    "ServiceSpot",
     "SpecWarning",
     "Task",
     "Workload",

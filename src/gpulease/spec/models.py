@@ -25,6 +25,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     PlainSerializer,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -49,6 +50,7 @@ from gpulease.spec.fields import (
     SpotChoice,
     lowercase,
 )
+from gpulease.spec.pool import PoolSpec
 from gpulease.spec.quantities import (
     Duration,
     MinimumAmount,
@@ -57,6 +59,8 @@ from gpulease.spec.quantities import (
     PositiveDuration,
     PositiveInt,
 )
+from gpulease.spec.serve_fields import PortList
+from gpulease.spec.service import ServiceSpec
 from gpulease.spec.workload import (
     Architecture,
     ModelSpec,
@@ -75,9 +79,11 @@ __all__ = [
     "Commitment",
     "JobRecovery",
     "ModelSpec",
+    "PoolSpec",
     "Precision",
     "RecoveryStrategy",
     "Resources",
+    "ServiceSpec",
     "Sharding",
     "Task",
     "Workload",
@@ -229,6 +235,11 @@ class Resources(_Model):
     autostop: AutostopField = None
     """Stop (or tear down) the cluster when idle: true (after 5 min), 10, 10m or {idle_minutes,
     down, gpu_utilisation_below}; unset or false: never (gpulease launch -i overrides it)."""
+    ports: PortList = Field(default_factory=list)
+    """Ports the node's job listens on: 8080, "8000-8010" or a list (SkyPilot's field). For a
+    service, the first is the replica port when service.port is not given."""
+    pool: Annotated[str, Field(min_length=1)] | None = None
+    """Managed jobs: run on a node of this pool (gpulease pool up) instead of a new cluster."""
     candidates: list[Candidate] | None = None
     """Ways to run that pair accelerators with providers, regions or zones (SkyPilot's any_of /
     ordered entries with a cloud each): an offer must match one of them; with an ordered
@@ -302,3 +313,23 @@ class Task(_Model):
     """Checkpoint directory, store and sync interval."""
     job_recovery: Annotated[JobRecovery, BeforeValidator(_recovery)] | None = None
     """Recovery from preemptions and failures."""
+    service: ServiceSpec | None = None
+    """Serve the run: command as a service (gpulease serve up): port, readiness probe,
+    replicas, autoscaling, spot mix."""
+    pool: PoolSpec | None = None
+    """A pool file (gpulease pool up): nodes of these resources kept for managed jobs."""
+
+    @field_validator("pool")
+    @classmethod
+    def _service_or_pool(cls, pool: PoolSpec | None, info: ValidationInfo) -> PoolSpec | None:
+        if pool is not None and info.data.get("service") is not None:
+            raise ValueError("a task is either a service (service:) or a pool (pool:), not both")
+        return pool
+
+    @model_validator(mode="after")
+    def _replica_port_from_ports(self) -> Self:
+        """A service without ``port`` listens on the first of ``resources.ports`` (SkyPilot)."""
+        service, ports = self.service, self.resources.ports
+        if service is not None and ports and "port" not in service.model_fields_set:
+            object.__setattr__(self, "service", service.model_copy(update={"port": ports[0]}))
+        return self

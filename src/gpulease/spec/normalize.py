@@ -10,7 +10,8 @@ names, ready for :class:`~gpulease.spec.models.Task`, together with
 
 It owns the mapping of SkyPilot's fields (``cloud``, ``infra``, ``zone``, ``disk_size``,
 ``max_hourly_cost``, ``resources.job_recovery``, …; ``any_of``/``ordered`` through
-:mod:`gpulease.spec.candidates`) and what a name without a count means (one GPU, unless the task
+:mod:`gpulease.spec.candidates`; ``service:`` and ``pool:`` through
+:mod:`gpulease.spec.skypilot_serve`) and what a name without a count means (one GPU, unless the task
 has a workload to size); values are checked later by the models. It never mutates its input.
 """
 
@@ -24,6 +25,7 @@ from gpulease.spec.accelerators import format_accelerators, parse_accelerators
 from gpulease.spec.candidates import RES, merge_candidates
 from gpulease.spec.env_values import missing_env_hint
 from gpulease.spec.images import translate_image_id
+from gpulease.spec.skypilot_serve import translate_pool, translate_service
 from gpulease.spec.yaml_lines import Document, Path, format_path
 
 __all__ = ["Normalized", "normalize"]
@@ -31,8 +33,6 @@ __all__ = ["Normalized", "normalize"]
 _RES = RES
 
 _IGNORED_TOP = {
-    "service": "serving is configured differently in gpulease",
-    "pool": "worker pools are not supported",
     "secrets": "secrets are not passed on; give them as envs without a value and pass --env",
     "managed_secrets": "secrets are not passed on",
     "config": "SkyPilot config overrides do not apply",
@@ -45,7 +45,6 @@ _IGNORED_TOP = {
     "api_server_access": "not used",
 }
 _IGNORED_RESOURCES = {
-    "ports": "opening ports is not supported",
     "labels": "instance labels are not supported",
     "local_disk": "local disk selection is not supported",
     "ephemeral_storage": "not supported",
@@ -155,6 +154,8 @@ def _top_level(step: Pass, data: dict[Any, Any]) -> None:
         data["file_mounts"] = _file_mounts(step, data["file_mounts"])
     if isinstance(data.get("envs"), dict):
         data["envs"] = _envs(step, data["envs"])
+    translate_service(step, data)
+    translate_pool(step, data)
 
 
 def _file_mounts(step: Pass, mounts: dict[Any, Any]) -> dict[Any, Any]:

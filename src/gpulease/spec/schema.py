@@ -16,6 +16,7 @@ from typing import Any
 
 from gpulease.spec.models import Task
 from gpulease.spec.normalize import _IGNORED_RESOURCES, _IGNORED_TOP
+from gpulease.spec.skypilot_serve import add_serve_schema
 
 __all__ = ["task_json_schema"]
 
@@ -30,6 +31,7 @@ def _schema() -> dict[str, Any]:
     resources["region"] = {**resources["regions"], "description": "Same as regions."}
     resources["zone"] = {**resources["zones"], "description": "Same as zones."}
     _add_skypilot_fields(schema)
+    add_serve_schema(schema)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
