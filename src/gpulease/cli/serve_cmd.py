@@ -34,7 +34,7 @@ Providers = Annotated[
 
 def _load(task_file: Path, provider: list[str] | None, envs: dict[str, str] | None) -> Task:
     task, _said = load_for_launch(task_file, provider, envs)
-    if getattr(task, "service", None) is None:
+    if task.service is None:
         raise UserInputError(
             f"service: {task_file} has no service: section (a service needs at least "
             "service: {port: ..., readiness_probe: ...}; see docs/serving.md)"

@@ -128,7 +128,7 @@ class ServiceOps:
 
     def _document(self, taken: TakenTask) -> ServiceDocument:
         task = taken.task
-        service = getattr(task, "service", None)  # spec.ServiceSpec (issue 17 contract)
+        service = task.service
         if service is None:
             raise UserInputError(
                 "service: the task has no service: section (a service needs at least "
