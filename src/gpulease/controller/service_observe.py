@@ -16,7 +16,7 @@ import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
@@ -27,8 +27,10 @@ from gpulease.controller.service_rules import GONE, ReplicaSnap, ScaleInput
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.serve.autoscale import AutoscalePolicy, LoadSample, ReplicaView, ScaleMemory, decide
-from gpulease.serve.proxy import LoadStats
 from gpulease.state import Cluster, ClusterStatus, Node, NodeState
+
+if TYPE_CHECKING:
+    from gpulease.serve.proxy import LoadStats
 
 log = logging.getLogger("gpulease.controller.services")
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpulease.serve.proxy import LoadStats
+if TYPE_CHECKING:
+    from gpulease.serve.proxy import LoadStats
 
 
 class Endpoints(Protocol):

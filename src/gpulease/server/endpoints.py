@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, select
 
 from gpulease.errors import Retryable
-from gpulease.serve.proxy import Backend, LoadBalancer, LoadStats
 from gpulease.state import Service, ServiceStatus, session_scope
+
+if TYPE_CHECKING:  # loaded with the first endpoint: a server with no service needs no aiohttp
+    from gpulease.serve.proxy import LoadBalancer, LoadStats
 
 log = logging.getLogger("gpulease.server")
 
@@ -39,6 +42,8 @@ class Endpoints:
             found = self._balancers.get(service_id)
             if found is not None:
                 return self._ports[service_id]
+            from gpulease.serve.proxy import LoadBalancer
+
             balancer = LoadBalancer(self.host, port or 0)
             try:
                 bound = int(balancer.start())
@@ -61,6 +66,8 @@ class Endpoints:
     def set_backends(self, service_id: int, backends: Sequence[tuple[int, str]]) -> None:
         balancer = self._get(service_id)
         if balancer is not None:
+            from gpulease.serve.proxy import Backend
+
             balancer.set_backends([Backend(id=i, url=url) for i, url in backends])
             ids = frozenset(i for i, _ in backends)
             self._backends[service_id] = ids

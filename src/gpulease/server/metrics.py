@@ -20,7 +20,7 @@ import ipaddress
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -37,7 +37,6 @@ from sqlalchemy.orm import Session
 from gpulease import __version__
 from gpulease.errors import Retryable, UserInputError
 from gpulease.server.budget_loop import BudgetLoop, budget_families
-from gpulease.server.endpoints import Endpoints
 from gpulease.server.metrics_jobs import JobMetricInputs, job_families
 from gpulease.server.metrics_services import service_families
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
@@ -45,6 +44,9 @@ from gpulease.state import session_scope
 from gpulease.state.ledger import accrued_by_labels
 from gpulease.state.machines import ClusterStatus, JobStatus, NodeState
 from gpulease.state.models import Cluster, Job, Node, StatusChange
+
+if TYPE_CHECKING:
+    from gpulease.server.endpoints import Endpoints  # the services' load balancers
 
 #: a source of extra exposition text (complete metric families), appended after the control plane
 MetricSource: TypeAlias = Callable[[], bytes]

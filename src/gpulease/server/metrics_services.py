@@ -6,12 +6,16 @@ them again at 0, which Prometheus' ``rate`` takes as a counter reset). Moves no 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpulease.server.endpoints import Endpoints
 from gpulease.state import Cluster, ClusterStatus, Service, ServiceStatus
+
+if TYPE_CHECKING:
+    from gpulease.server.endpoints import Endpoints
 
 _C = ClusterStatus
 REPLICA_STATES = ("provisioning", "starting", "ready", "draining")

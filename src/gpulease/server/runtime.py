@@ -19,11 +19,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
-from gpulease.controller.service_loop import ServiceReconciler
 from gpulease.server.budget_loop import BudgetLoop
+
+if TYPE_CHECKING:
+    from gpulease.controller.service_loop import ServiceReconciler  # the services pass
 
 log = logging.getLogger("gpulease.server")
 
