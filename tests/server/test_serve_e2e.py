@@ -59,7 +59,8 @@ def _service(app: Path, version: str, *, autoscale: bool = False) -> dict[str, A
         "name": "hello",
         "resources": {"providers": ["local"]},
         "envs": {"VERSION": version},
-        "run": f"exec python {app}",
+        "workdir": str(app.parent),  # the app reaches each replica like any task's files
+        "run": f"exec python {app.name}",
         "service": {
             "port": 8080,
             "readiness_probe": {"path": "/health", "initial_delay": "60s", "timeout": "2s"},
