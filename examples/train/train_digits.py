@@ -10,12 +10,19 @@ optimizer, loader position and RNG every ``--save-every`` steps (to ``--checkpoi
 ``$GPULEASE_CHECKPOINT_DIR``, which gpulease sets on its nodes) and resumes from the newest
 complete checkpoint, and a preemption notice (SIGTERM) saves once more and exits with code 75.
 Deterministic for a given seed — a resumed run ends with the same weights as an uninterrupted one.
+At the end rank 0 exports the model to ONNX with ``export_onnx`` (checked against onnxruntime) for
+examples/serve-digits: to ``--onnx PATH`` (or ``$GPULEASE_ONNX``), by default ``model.onnx``
+beside the checkpoints (else beside ``--save-weights``) when the ``onnx`` extra is installed;
+``--onnx off`` skips it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -72,11 +79,67 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--step-delay", type=float, default=0.0, help="sleep per step (to watch or interrupt it)"
     )
+    parser.add_argument(
+        "--onnx",
+        default=os.environ.get("GPULEASE_ONNX"),
+        help="export the final model to this ONNX file, or 'off' (default: model.onnx beside the "
+        "checkpoints, else beside --save-weights, when the onnx extra is installed)",
+    )
     return parser.parse_args()
+
+
+def onnx_target(args: argparse.Namespace) -> Path | None:
+    """Where to export the model: ``--onnx``, else beside the checkpoints, else beside
+    ``--save-weights``; None to skip. A path asked for without the onnx extra installed is exit 2
+    at once (before training, not after it)."""
+    if args.onnx and args.onnx.lower() in {"off", "no", "none", "0", "false"}:
+        return None
+    if not all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime", "onnxscript")):
+        missing = "the onnx extra is not installed (pip install 'gpulease[onnx]')"
+        if args.onnx:
+            print(f"error: --onnx {args.onnx}: {missing}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        print(f"ONNX export skipped: {missing}", flush=True)
+        return None
+    if args.onnx:
+        return Path(args.onnx)
+    if args.checkpoint_dir or args.save_weights:
+        return Path(args.checkpoint_dir or args.save_weights.parent) / "model.onnx"
+    print("ONNX export skipped: no --onnx PATH, --checkpoint-dir or --save-weights", flush=True)
+    return None
+
+
+def export(net: nn.Module, target: Path) -> None:
+    """The final model → ONNX at ``target``, checked against onnxruntime by ``export_onnx``."""
+    from gpulease.train import export_onnx
+
+    # torch's exporter warns once per torchvision operator when torchvision is absent: noise here
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    res = export_onnx(
+        net, torch.zeros(2, 64), target, input_names=["input"], output_names=["logits"]
+    )
+    print(f"exported ONNX model to {res.path} (opset {res.opset}, {res.exporter})", flush=True)
+
+
+def finish(
+    args: argparse.Namespace,
+    net: nn.Module,
+    test: TensorDataset,
+    world_size: int,
+    onnx_path: Path | None,
+) -> None:
+    """Rank 0 at the end: the test accuracy, the final weights and the ONNX export."""
+    print(f"test accuracy {accuracy(net, test):.4f} (world size {world_size})", flush=True)
+    if args.save_weights:
+        torch.save(net.state_dict(), args.save_weights)
+    if onnx_path:
+        export(net, onnx_path)
 
 
 def main() -> None:
     args = arguments()
+    onnx_path = onnx_target(args)
     info = setup_distributed(timeout_s=120)
     torch.manual_seed(args.seed)
     train, test = data(args.seed)
@@ -124,9 +187,7 @@ def main() -> None:
         mgr.save(step, **state, extra={"epoch": args.epochs, "final": True})
         mgr.wait()
     if info.is_main:
-        print(f"test accuracy {accuracy(net, test):.4f} (world size {info.world_size})", flush=True)
-        if args.save_weights:
-            torch.save(net.state_dict(), args.save_weights)
+        finish(args, net, test, info.world_size, onnx_path)
     cleanup_distributed()
 
 

@@ -19,6 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train" / "train_digits.py"
+NO_ONNX = ["--onnx", "off"]  # the export is tested in test_serve_digits.py; not into the cwd here
 
 
 def _accuracy(output: str) -> float:
@@ -29,7 +30,7 @@ def _accuracy(output: str) -> float:
 
 def test_trains_alone_to_a_useful_accuracy() -> None:
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--epochs", "5"],
+        [sys.executable, str(SCRIPT), "--epochs", "5", *NO_ONNX],
         capture_output=True,
         text=True,
         timeout=300,
@@ -49,7 +50,7 @@ def test_trains_as_two_ddp_processes() -> None:
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [*torchrun, str(SCRIPT), "--epochs", "5"],
+        [*torchrun, str(SCRIPT), "--epochs", "5", *NO_ONNX],
         capture_output=True,
         text=True,
         timeout=300,
@@ -83,7 +84,7 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path: Path, how: str
     """N epochs straight vs the same N epochs interrupted mid-run and resumed: equal weights."""
     import torch
 
-    common = ["--epochs", "4", "--save-every", "7"]
+    common = ["--epochs", "4", "--save-every", "7", *NO_ONNX]
     straight = _run([*common, "--save-weights", str(tmp_path / "straight.pt")])
     assert straight.returncode == 0, straight.stderr
 

@@ -44,6 +44,7 @@ ALLOWED_EXAMPLES = [
     (C.STARTING, C.SETTING_UP),
     (C.STARTING, C.RUNNING),
     (C.FAILED, C.TERMINATING),
+    (C.SUCCEEDED, C.SETTING_UP),  # an idle pool node takes a managed job's task
     (C.TERMINATING, C.TERMINATED),
     (N.PROVISIONING, N.SETTING_UP),
     (N.READY, N.LOST),

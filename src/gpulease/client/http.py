@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from gpulease.client.errors import ServerUnavailable, error_for
+from gpulease.client.pools import PoolRoutes
 from gpulease.client.serving import ServingMixin
 from gpulease.client.tasks import PreparedTask, prepare_task
 from gpulease.jsonhttp import ErrorAnswer, JsonHttp
@@ -52,7 +53,7 @@ class _ServerHttp(JsonHttp):
         return error_for(answer.status, answer.message)
 
 
-class Client(ServingMixin):  # serve_* methods: client/serving.py
+class Client(PoolRoutes, ServingMixin):  # pool_* (client/pools.py), serve_* (client/serving.py)
     def __init__(
         self,
         url: str,

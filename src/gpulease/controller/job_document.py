@@ -7,7 +7,8 @@ views; the controller never reads it), the typed :class:`~gpulease.wire.RunSpec`
 runs, the agent task id every attempt shares, the resolved
 :class:`~gpulease.wire.CheckpointSync`, the ranked spot and on-demand launch targets the
 optimizer found, and the job's policy settings (:class:`JobPolicy`: recovery strategy, restarts,
-zone cool-down, deadline, budget, expected run time, spot price limits).
+zone cool-down, deadline, budget, expected run time, spot price limits); ``"pool"`` (optional):
+the pool whose nodes the job runs on (``resources.pool``; its targets are then the pool's).
 
 :func:`attempt_targets` orders the targets of one pricing mode for the next attempt: targets in
 a zone still cooling down after a preemption are left out; ``same_region`` puts the last region
@@ -64,9 +65,10 @@ class JobDocument:
     on_demand: tuple[LaunchTarget, ...] = ()
     policy: JobPolicy = field(default_factory=JobPolicy)
     checkpoint: CheckpointSync | None = None
+    pool: str | None = None  # ``resources.pool``: the job runs on a node of this pool
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": JOB_DOCUMENT_VERSION,
             "spec": dict(self.spec),
             "run": self.run.model_dump(mode="json"),
@@ -76,6 +78,9 @@ class JobDocument:
             "on_demand": [asdict(t) for t in self.on_demand],
             "policy": asdict(self.policy),
         }
+        if self.pool is not None:
+            data["pool"] = self.pool
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobDocument:
@@ -88,6 +93,7 @@ class JobDocument:
             on_demand=tuple(LaunchTarget(**t) for t in data.get("on_demand") or []),
             policy=JobPolicy.from_json(data.get("policy") or {}),
             checkpoint=CheckpointSync.model_validate(checkpoint) if checkpoint else None,
+            pool=data.get("pool") or None,
         )
 
     def targets(self, pricing: str) -> tuple[LaunchTarget, ...]:

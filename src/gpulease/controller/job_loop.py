@@ -6,7 +6,9 @@ cluster the cluster loop provisions, sets up, runs and terminates; this loop onl
 watches them and takes them down. Creating an attempt writes the cluster row (with its launch
 intent) and the job's ``attempt``/``cluster_id`` in one transaction, so a controller killed at
 any line and restarted finds either both or neither — never a second cluster for one attempt,
-and the cluster loop launches by intent, idempotently (no duplicate nodes).
+and the cluster loop launches by intent, idempotently (no duplicate nodes). A job of a pool
+(``resources.pool``) takes an idle node of the pool instead (:mod:`~gpulease.controller.pool_jobs`)
+and gives it back when its task succeeded.
 
 It also relays provider events: a preemption notice goes to the node's agent (the task gets
 SIGTERM, checkpoints and exits 75; the agent uploads the checkpoint), a preemption marks the node
@@ -49,6 +51,7 @@ from gpulease.controller.job_rules import (
     StartAttempt,
     decide_job,
 )
+from gpulease.controller.pool_jobs import release_node, take_node
 from gpulease.controller.ports import AgentConnector, NodeRef
 from gpulease.controller.reconciler import worker_prefix
 from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
@@ -190,7 +193,7 @@ class JobReconciler:
         leftovers = (
             select(Job.id)
             .join(Cluster, Cluster.id == Job.cluster_id)
-            .where(Job.status.in_(list(FINAL_JOB)))
+            .where(Job.status.in_(list(FINAL_JOB)), Cluster.job_id == Job.id)
             .where(Cluster.status.not_in([_C.TERMINATING, _C.TERMINATED]))
         )
         with session_scope(self.engine) as session:
@@ -362,6 +365,8 @@ class JobReconciler:
 
     def _start_attempt(self, snap: JobSnapshot, a: StartAttempt) -> bool:
         job = snap.job
+        if job.doc.pool is not None:
+            return self._start_on_pool(snap)
         mode = self._mode(snap, a.pricing)
         targets = self._targets(snap, mode)
         if not targets and mode == "spot" and job.doc.policy.use_spot == "auto":
@@ -389,6 +394,33 @@ class JobReconciler:
             if not self._move(session, row, JobStatus.STARTING, why, snap.now):
                 raise LostRace(f"job {job.name} moved under this step")
             add_event(row, _event(snap, "attempt", why, attempt=attempt, where=_where(targets[0])))
+        log.info("job %s: %s", job.name, why)
+        return True
+
+    def _start_on_pool(self, snap: JobSnapshot) -> bool:
+        """A job of a pool (``resources.pool``) takes an idle node of it instead of a new
+        attempt cluster (:mod:`~gpulease.controller.pool_jobs`); while none is idle it waits
+        RECOVERING — the queue the pool grows by; a pool that is gone fails it."""
+        job = snap.job
+        with self._writing() as session:
+            row = get_job(session, job.id)
+            if row is None or row.attempt != job.attempt or row.status is not job.status:
+                return False
+            taken = take_node(session, job.id, job.doc, now=snap.now, actor=ACTOR,
+                              job_name=job.name, billed_at=snap.now_job)  # fmt: skip
+            node = taken.cluster
+            if node is not None:
+                row.attempt, row.cluster_id, row.pricing = job.attempt + 1, node.id, node.pricing
+                why = f"attempt {row.attempt} on node {node.name} of pool {job.doc.pool}"
+                if not self._move(session, row, JobStatus.STARTING, why, snap.now):
+                    raise LostRace(f"job {job.name} moved under this step")
+                add_event(row, _event(snap, "attempt", why, attempt=row.attempt, where=node.name))
+        if taken.gone is not None:
+            return self._set_job(snap, SetJob(JobStatus.FAILED, taken.gone, "no_offer"))
+        if node is None:
+            if job.status is not JobStatus.PENDING:
+                return False  # still queued: nothing to write
+            return self._recover(snap, Recover("pool", f"waiting for a node of {job.doc.pool}"))
         log.info("job %s: %s", job.name, why)
         return True
 
@@ -424,6 +456,8 @@ class JobReconciler:
             with self._writing() as session:
                 cluster = session.get(Cluster, attempt.id)
                 if cluster is None or cluster.status in (_C.TERMINATING, _C.TERMINATED):
+                    return True
+                if release_node(session, cluster, snap.job.id, billed_at=snap.now_job):
                     return True
                 if set_status(session, cluster, _C.TERMINATING, actor=ACTOR, reason=a.reason,
                               now=snap.now):  # fmt: skip

@@ -35,7 +35,7 @@ from gpulease.controller.sweep import sweep_orphans
 from gpulease.providers.base import Provider
 from gpulease.state import Claim, ClusterStatus, NodeState, session_scope
 from gpulease.state.claims import Claimable
-from gpulease.state.models import Cluster, Job, Node
+from gpulease.state.models import Cluster, Job, Node, Pool
 
 log = logging.getLogger("gpulease.controller")
 
@@ -161,8 +161,8 @@ class Reconciler:
         return sweep_orphans(self.engine, self.providers, self.owner)
 
     def release_stale_claims(self) -> int:
-        """Clear the claims (on clusters and jobs) a previous server process on this host left
-        behind (it died holding them; one server runs per home, so any other worker of ours
+        """Clear the claims (on clusters, jobs and pools) a previous server process on this host
+        left behind (it died holding them; one server runs per home, so any other worker of ours
         here is dead)."""
         return release_stale(self.engine, self.owner, self.worker)
 
@@ -171,7 +171,7 @@ def release_stale(engine: Engine, owner: str, worker: str) -> int:
     prefix = worker_prefix(owner)
     released = 0
     with session_scope(engine) as session:
-        for model in (Cluster, Job):
+        for model in (Cluster, Job, Pool):
             stmt = (
                 update(model)
                 .where(model.lock_worker.startswith(prefix, autoescape=True))

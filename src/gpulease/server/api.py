@@ -28,6 +28,7 @@ from gpulease.server.cost_routes import CostReports, cost_routes
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
+from gpulease.server.pools import PoolService, pool_routes
 from gpulease.server.service import KEEP_GPU_RULE, ClusterService, Conflict, NotFound
 from gpulease.server.telemetry.reads import TelemetryReader
 from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
@@ -97,6 +98,7 @@ def create_app(
     cost: CostReports | None = None,
     sla: Callable[[str | None], dict[str, Any]] | None = None,
     budgets: BudgetLoop | None = None,
+    pools: PoolService | None = None,
     services: ServiceOps | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
@@ -134,6 +136,8 @@ def create_app(
     if sla is not None:
         _sla_route(router, sla)
     _budget_routes(router, budgets)
+    if pools is not None:
+        pool_routes(router, pools)  # /v1/pools
     if services is not None:
         from gpulease.server.services import service_routes
 

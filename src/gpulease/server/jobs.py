@@ -1,6 +1,7 @@
 """The server's operations on managed jobs — what ``/v1/jobs`` calls: launch (plan the spot and
-on-demand targets, resolve checkpoint sync and the job's policy, write the PENDING job), queue,
-show (with the cost report and history), cancel, and logs of the current attempt.
+on-demand targets — a pool job's are its pool's —, resolve checkpoint sync and the job's policy,
+write the PENDING job), queue, show (with the cost report and history), cancel, and logs of the
+current attempt.
 
 States it moves: a new job is PENDING; ``cancel`` sets ``cancel_requested`` (the jobs loop moves
 the job to CANCELLING and, once the provider confirms its nodes gone, CANCELLED).
@@ -21,6 +22,7 @@ from gpulease.controller.job_loop import JobReconciler, job_task_id
 from gpulease.errors import UserInputError
 from gpulease.providers.honoured import ignored_field_warnings
 from gpulease.server.planning import NoLaunchablePlan, expected_hours, launch_targets
+from gpulease.server.pools import pool_targets
 from gpulease.server.service import ClusterService, NotFound, check_name
 from gpulease.server.tasks import take_task
 from gpulease.spec import Task
@@ -75,7 +77,8 @@ class JobService:
         taken = take_task(task_data, workdir=workdir)
         task = taken.task
         name = check_name(name or task.name or "job")
-        spot, on_demand = self._targets(task)
+        pool = task.resources.pool
+        spot, on_demand = self._pool_targets(pool) if pool else self._targets(task)
         # a job has no single plan estimate: a block budget refuses it only at its limit
         self.clusters.check_budgets(task.name, (*spot, *on_demand), None, over_budget)
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, (*spot, *on_demand))
@@ -91,6 +94,7 @@ class JobService:
                 run=taken.run, task_id=task_id, spec=taken.spec, spot=tuple(spot),
                 on_demand=tuple(on_demand),
                 policy=self._policy(task), checkpoint=_checkpoint(task, task_id, spot + on_demand),
+                pool=pool,
             )  # fmt: skip
             job.task = doc.to_json()
             view = job_view(session, job)
@@ -122,6 +126,11 @@ class JobService:
         if task.resources.use_spot is True and not spot:
             raise NoLaunchablePlan(f"use_spot: true but no spot offer: {'; '.join(errors)}")
         return spot, on_demand
+
+    def _pool_targets(self, pool: str) -> tuple[list[LaunchTarget], list[LaunchTarget]]:
+        """A pool job's targets: its pool's (it runs on the pool's nodes, never on its own)."""
+        with session_scope(self.engine) as session:
+            return pool_targets(session, pool)
 
     def _policy(self, task: Task) -> JobPolicy:
         recovery = task.job_recovery
@@ -181,6 +190,8 @@ class JobService:
             clusters = job_clusters(session, job.id)
             wanted = attempt if attempt is not None else job.attempt
             names = [c.name for c in clusters if c.name.endswith(f"-{job.id}-{wanted}")]
+            if not names and wanted == job.attempt:  # a pool node (docs/pools.md) holding it
+                names = [c.name for c in clusters if c.id == job.cluster_id]
             view = job_view(session, job)
         if not names:
             return LogChunk(b"", offset, offset, False, TaskState.PENDING), view

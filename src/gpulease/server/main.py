@@ -34,6 +34,7 @@ from gpulease.atomic import write_json_atomic
 from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
+from gpulease.controller.pool_loop import PoolReconciler
 from gpulease.controller.service_loop import ServiceReconciler
 from gpulease.controller.storage_accrual import StorageAccrual
 from gpulease.errors import UserInputError
@@ -54,6 +55,7 @@ from gpulease.server.metrics import (
     open_to_loopback,
 )
 from gpulease.server.metrics_jobs import JobMetricInputs
+from gpulease.server.pools import PoolService
 from gpulease.server.provider_calls import ProviderCalls
 from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
@@ -160,15 +162,17 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     storage = StorageAccrual(engine, storage_pricing(cfg), clock)  # cost: storage rows
+    pool_loop = PoolReconciler(engine, clock=clock, owner=owner)
     endpoints = Endpoints(host)
     service_loop = ServiceReconciler(engine, providers, endpoints, clock=clock, owner=owner)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner,
                                  storage=storage), jobs=job_loop, budgets=budgets,
-                      services=service_loop)  # fmt: skip
+                      pools=pool_loop, services=service_loop)  # fmt: skip
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     service.budgets = budgets
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
+    pools = PoolService(engine, service, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage, endpoints=endpoints,
                    services=service_loop)  # fmt: skip
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
@@ -199,6 +203,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
         cost=CostReports(engine, clock),
         sla=lambda month: sla_view(engine, cfg, clock, month),
         budgets=budgets,
+        pools=pools,
         services=ServiceOps(engine, service, endpoints, wake=loop.wake),
     )
     return parts
