@@ -178,7 +178,6 @@ class ServiceReconciler:
                 now,
                 doc,
                 desired=desired,
-                version=version,
                 replicas=replicas,
                 memory=memory,
                 spot_available=spot_ok,

@@ -180,7 +180,6 @@ class Scaler:
         doc: ServiceDocument,
         *,
         desired: int,
-        version: int,
         replicas: Sequence[ReplicaSnap],
         memory: dict[str, Any],
         spot_available: bool,
@@ -193,7 +192,8 @@ class Scaler:
             ReplicaView(id=r.id, state=_state(r), spot=r.spot,
                         since=r.running_since if r.running_since is not None else now)
             for r in replicas
-            if r.status not in GONE and r.version == version and r.retiring is None
+            if r.status not in GONE and r.retiring is None  # both versions while rolling: the
+            # load is spread over every ready replica, old or new
         ]  # fmt: skip
         before = ScaleMemory.from_dict(memory)
         got = decide(now, list(self.samples), views, policy, before,
