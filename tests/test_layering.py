@@ -49,7 +49,9 @@ ALLOWED: dict[str, set[str]] = {
     "controller": {"providers", "storage", "state", "optimizer", "spot", "serve"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
-    "serve": {"controller"},
+    # services: the load balancer (serve.proxy) and the autoscaler's pure decisions; the
+    # controller and the server run them
+    "serve": {"spec"},
     "metrics": {"state", "catalog"},
     # reports over the cost ledger (read only); the server and the CLI use it, the controller not
     "cost": {"state", "catalog", "spec"},
