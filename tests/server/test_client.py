@@ -11,8 +11,8 @@ import gpulease.client
 def test_the_client_exports_a_curated_surface() -> None:
     assert sorted(gpulease.client.__all__) == [
         "Client", "Conflict", "InvalidRequest", "JobLogChunk", "LogChunk", "NotFound",
-        "ServerError", "ServerInfo", "ServerUnavailable", "Unauthorized", "connect", "read_info",
-        "running", "stop",
+        "ServerError", "ServerInfo", "ServerUnavailable", "ServiceLogChunk", "Unauthorized",
+        "connect", "read_info", "running", "stop",
     ]  # fmt: skip
     for name in gpulease.client.__all__:
         assert getattr(gpulease.client, name) is not None

@@ -27,6 +27,7 @@ from gpulease.cli import (
     metrics_cmd,
     plan_cmd,
     pool_cmd,
+    serve_cmd,
     server_cmd,
     sla_cmd,
     spot_cmd,
@@ -59,6 +60,7 @@ app.command("spot-sim")(spot_cmd.spot_sim)
 app.add_typer(server_cmd.app, name="server")
 app.add_typer(checkpoint_cmd.app, name="checkpoints")
 app.add_typer(jobs_cmd.app, name="jobs")
+app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(pool_cmd.app, name="pool")
 app.add_typer(metrics_cmd.app, name="metrics")
 app.command("dashboard")(dashboard_cmd.dashboard)

@@ -15,6 +15,7 @@ from gpulease.client.errors import (
 )
 from gpulease.client.http import Client, JobLogChunk, LogChunk
 from gpulease.client.server import ServerInfo, connect, read_info, running, stop
+from gpulease.client.serving import ServiceLogChunk
 
 __all__ = [
     "Client",
@@ -26,6 +27,7 @@ __all__ = [
     "ServerError",
     "ServerInfo",
     "ServerUnavailable",
+    "ServiceLogChunk",
     "Unauthorized",
     "connect",
     "read_info",

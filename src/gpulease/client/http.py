@@ -15,6 +15,7 @@ import httpx
 
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.pools import PoolRoutes
+from gpulease.client.serving import ServingMixin
 from gpulease.client.tasks import PreparedTask, prepare_task
 from gpulease.jsonhttp import ErrorAnswer, JsonHttp
 
@@ -52,7 +53,7 @@ class _ServerHttp(JsonHttp):
         return error_for(answer.status, answer.message)
 
 
-class Client(PoolRoutes):
+class Client(PoolRoutes, ServingMixin):  # pool_* (client/pools.py), serve_* (client/serving.py)
     def __init__(
         self,
         url: str,

@@ -36,6 +36,7 @@ from gpulease.state import ClusterExists
 
 if TYPE_CHECKING:
     from gpulease.server.audit import AuditService  # GET /v1/audit
+    from gpulease.server.services import ServiceOps  # /v1/services
 
 
 class _Body(BaseModel):
@@ -98,6 +99,7 @@ def create_app(
     sla: Callable[[str | None], dict[str, Any]] | None = None,
     budgets: BudgetLoop | None = None,
     pools: PoolService | None = None,
+    services: ServiceOps | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
     session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
@@ -136,6 +138,10 @@ def create_app(
     _budget_routes(router, budgets)
     if pools is not None:
         pool_routes(router, pools)  # /v1/pools
+    if services is not None:
+        from gpulease.server.services import service_routes
+
+        service_routes(router, services)  # /v1/services (docs/serving.md)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)

@@ -35,6 +35,7 @@ from gpulease.clock import SystemClock
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
 from gpulease.controller.pool_loop import PoolReconciler
+from gpulease.controller.service_loop import ServiceReconciler
 from gpulease.controller.storage_accrual import StorageAccrual
 from gpulease.errors import UserInputError
 from gpulease.filesync import max_bytes
@@ -44,6 +45,7 @@ from gpulease.server.audit import AuditService
 from gpulease.server.budget_loop import budget_loop
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.cost_routes import CostReports
+from gpulease.server.endpoints import Endpoints
 from gpulease.server.jobs import JobService
 from gpulease.server.keys import api_token, server_key
 from gpulease.server.metrics import (
@@ -59,6 +61,7 @@ from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.services import ServiceOps
 from gpulease.server.sla import sla_view
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
 from gpulease.server.telemetry.prom import RelayedMetrics
@@ -136,10 +139,13 @@ class _Parts:
     relay: RelayThread | None = None
     server: uvicorn.Server | None = None
     storage: StorageAccrual | None = None
+    endpoints: Endpoints | None = None  # the services' load balancers
+    services: ServiceReconciler | None = None
 
 
-def _assemble(home: Path) -> _Parts:
-    """The DB, providers, agent connector, reconcile loop, service and app of one server."""
+def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
+    """The DB, providers, agent connector, reconcile loop, service and app of one server
+    (``host``: where the services' endpoints listen, the server's own address)."""
     clock = SystemClock()
     engine = open_database()
     with session_scope(engine) as session:
@@ -157,18 +163,21 @@ def _assemble(home: Path) -> _Parts:
     budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     storage = StorageAccrual(engine, storage_pricing(cfg), clock)  # cost: storage rows
     pool_loop = PoolReconciler(engine, clock=clock, owner=owner)
+    endpoints = Endpoints(host)
+    service_loop = ServiceReconciler(engine, providers, endpoints, clock=clock, owner=owner)
     loop = LoopThread(Reconciler(engine, providers, agents, clock=clock, owner=owner,
                                  storage=storage), jobs=job_loop, budgets=budgets,
-                      pools=pool_loop)  # fmt: skip
+                      pools=pool_loop, services=service_loop)  # fmt: skip
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     service.budgets = budgets
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     pools = PoolService(engine, service, wake=loop.wake)
-    parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage)
+    parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage, endpoints=endpoints,
+                   services=service_loop)  # fmt: skip
     inputs = JobMetricInputs(clock, job_loop.job_clock, syncs, calls)
     collector = ControlPlaneCollector(engine, pass_times=loop.times, jobs=inputs,
-                                      budgets=budgets)  # fmt: skip
+                                      budgets=budgets, services=endpoints)  # fmt: skip
     telemetry = telemetry_settings(cfg)
     latest, relayed = LatestSamples(), RelayedMetrics(telemetry.interval_s)
     metrics = MetricsEndpoint(metrics_registry(collector), open_to_loopback=open_to_loopback(cfg),
@@ -195,6 +204,7 @@ def _assemble(home: Path) -> _Parts:
         sla=lambda month: sla_view(engine, cfg, clock, month),
         budgets=budgets,
         pools=pools,
+        services=ServiceOps(engine, service, endpoints, wake=loop.wake),
     )
     return parts
 
@@ -219,12 +229,14 @@ def serve(host: str, port: int) -> int:
         print(f"a gpulease server already runs for {home}", file=sys.stderr)
         return ALREADY_RUNNING
     _python_first_on_path()
-    parts = _assemble(home)
+    parts = _assemble(home, host)
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     config_ = uvicorn.Config(parts.app, log_level="warning", access_log=False, lifespan="off")
     parts.server = uvicorn.Server(config_)
     _exit_cleanly_on_signals(parts)
+    if parts.endpoints is not None:
+        parts.endpoints.open_live(parts.engine)  # live services' endpoints, on their ports
     parts.loop.start()
     if parts.relay is not None:
         parts.relay.start()
@@ -238,6 +250,10 @@ def serve(host: str, port: int) -> int:
         if parts.relay is not None:
             parts.relay.stop()
         parts.loop.stop()
+        if parts.endpoints is not None:
+            parts.endpoints.close_all()
+        if parts.services is not None:
+            parts.services.close()
         if parts.storage is not None:
             parts.storage.close()
         parts.agents.close()

@@ -20,7 +20,7 @@ import ipaddress
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -38,11 +38,15 @@ from gpulease import __version__
 from gpulease.errors import Retryable, UserInputError
 from gpulease.server.budget_loop import BudgetLoop, budget_families
 from gpulease.server.metrics_jobs import JobMetricInputs, job_families
+from gpulease.server.metrics_services import service_families
 from gpulease.server.runtime import PASS_BUCKETS, PassTimes
 from gpulease.state import session_scope
 from gpulease.state.ledger import accrued_by_labels
 from gpulease.state.machines import ClusterStatus, JobStatus, NodeState
 from gpulease.state.models import Cluster, Job, Node, StatusChange
+
+if TYPE_CHECKING:
+    from gpulease.server.endpoints import Endpoints  # the services' load balancers
 
 #: a source of extra exposition text (complete metric families), appended after the control plane
 MetricSource: TypeAlias = Callable[[], bytes]
@@ -86,8 +90,10 @@ class ControlPlaneCollector(Collector):
         started_at: float | None = None,
         jobs: JobMetricInputs | None = None,
         budgets: BudgetLoop | None = None,
+        services: Endpoints | None = None,
     ) -> None:
         self.engine = engine
+        self.services = services  # gpulease_service_*{service} (server.metrics_services)
         self.budgets = budgets  # gpulease_budget_*{budget}
         self.pass_times = pass_times
         self.jobs = jobs or JobMetricInputs()
@@ -103,6 +109,8 @@ class ControlPlaneCollector(Collector):
                     *job_families(session, self.jobs),
                     _cost_accrued(session),
                 ]
+                if self.services is not None:
+                    families += service_families(session, self.services)
         except OperationalError as exc:  # the DB busy or gone: the scraper retries
             raise Retryable(f"state DB: {exc.orig}") from None
         yield from families

@@ -1,14 +1,13 @@
 """The server's background work: one thread that runs the cluster reconcile pass (then the
-managed-jobs pass, which also relays provider events, then the pools pass) about every
-``interval_s`` (at once again after a pass that changed something, or when the API wakes it), and
-the orphan sweep every ``sweep_every_s``, and the budgets loop (``server.budget_loop``) every
-``budget_every_s``. On start it releases the claims a dead predecessor
-left and sweeps once; so a restarted server resumes every cluster from the DB. Moves states only
-through the reconciler.
+managed-jobs pass, which also relays provider events, then the pools pass, then the services
+pass) about every ``interval_s`` (at once again after a pass that changed something, or when
+the API wakes it), and the orphan sweep every ``sweep_every_s``, and the budgets loop
+(``server.budget_loop``) every ``budget_every_s``. On start it releases the claims a dead
+predecessor left and sweeps once; so a restarted server resumes every cluster from the DB.
+Moves states only through the reconciler.
 
-Each pass is timed into :class:`PassTimes` (per loop, ``clusters``, ``jobs``, ``pools`` and
-``budgets``:
-count, sum and histogram buckets), which ``GET /metrics`` reads as
+Each pass is timed into :class:`PassTimes` (per loop, ``clusters``, ``jobs``, ``pools``,
+``services`` and ``budgets``: count, sum and histogram buckets), which ``GET /metrics`` reads as
 ``gpulease_reconcile_pass_seconds``.
 """
 
@@ -20,11 +19,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpulease.controller import Reconciler
 from gpulease.controller.job_loop import JobReconciler
 from gpulease.controller.pool_loop import PoolReconciler
 from gpulease.server.budget_loop import BudgetLoop
+
+if TYPE_CHECKING:
+    from gpulease.controller.service_loop import ServiceReconciler  # the services pass
 
 log = logging.getLogger("gpulease.server")
 
@@ -77,10 +80,12 @@ class LoopThread:
         budgets: BudgetLoop | None = None,
         budget_every_s: float = 5.0,
         pools: PoolReconciler | None = None,
+        services: ServiceReconciler | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.jobs = jobs
         self.pools = pools  # the pools loop, after the jobs pass (it sizes by their queue)
+        self.services = services  # stepped after the clusters, the jobs and the pools
         self.budgets = budgets  # ``budgets:`` of the config, stepped every budget_every_s
         self.budget_every_s = budget_every_s
         self.interval_s = interval_s
@@ -94,6 +99,8 @@ class LoopThread:
 
     def start(self) -> None:
         released = self.reconciler.release_stale_claims()
+        if self.services is not None:
+            released += self.services.release_stale_claims()
         if released:
             log.info("released %d claim(s) left by a previous server", released)
         self._thread.start()
@@ -121,6 +128,8 @@ class LoopThread:
                 progress |= self._timed("jobs", self.jobs.run_pass)
             if self.pools is not None:
                 progress |= self._timed("pools", self.pools.run_pass)
+            if self.services is not None:
+                progress |= self._timed("services", self.services.run_pass)
             self.passes += 1
             self._wake.wait(self.busy_gap_s if progress else self.interval_s)
             self._wake.clear()
