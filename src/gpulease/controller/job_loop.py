@@ -54,7 +54,7 @@ from gpulease.controller.job_rules import (
 from gpulease.controller.pool_jobs import release_node, take_node
 from gpulease.controller.ports import AgentConnector, NodeRef
 from gpulease.controller.reconciler import worker_prefix
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
+from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.spot import Mode, Observation
@@ -71,7 +71,6 @@ from gpulease.state import (
     LostRace,
     NodeState,
     add_event,
-    check_held,
     claim,
     create_cluster,
     current_target,
@@ -256,9 +255,7 @@ class JobReconciler:
     @contextmanager
     def _writing(self) -> Iterator[Session]:
         """A transaction of this step: raises :class:`LostRace` when the job's claim is gone."""
-        with session_scope(self.engine) as session:
-            if self._held is not None:
-                check_held(session, self._held)
+        with held_session(self.engine, self._held) as session:
             yield session
 
     # ---- snapshot ---------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from gpulease.controller.pool_rules import (
     decide_pool,
 )
 from gpulease.controller.reconciler import worker_prefix
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
+from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
 from gpulease.state import (
     Claim,
     Cluster,
@@ -51,7 +51,6 @@ from gpulease.state import (
     InvalidTransition,
     Pool,
     PoolStatus,
-    check_held,
     create_cluster,
     list_nodes,
     session_scope,
@@ -181,9 +180,7 @@ class PoolReconciler:
     @contextmanager
     def _writing(self) -> Iterator[Session]:
         """A transaction of this step: raises ``LostRace`` when the pool's claim is gone."""
-        with session_scope(self.engine) as session:
-            if self._held is not None:
-                check_held(session, self._held)
+        with held_session(self.engine, self._held) as session:
             yield session
 
     # ---- actions ----------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from gpulease.controller.service_rules import (
     Terminate,
     decide_service,
 )
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
+from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
 from gpulease.providers.base import Provider
 from gpulease.state import (
     Claim,
@@ -68,7 +68,6 @@ from gpulease.state import (
     Node,
     Service,
     ServiceStatus,
-    check_held,
     create_cluster,
     list_nodes,
     session_scope,
@@ -266,9 +265,7 @@ class ServiceReconciler:
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
-        with session_scope(self.engine) as session:
-            if self._held is not None:
-                check_held(session, self._held)
+        with held_session(self.engine, self._held) as session:
             yield session
 
     def _apply(self, snap: ServiceSnap, action: ServiceAction) -> bool:

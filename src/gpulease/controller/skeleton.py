@@ -26,15 +26,17 @@ itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock
-from gpulease.state import Claim, LostRace, claim, release, session_scope
+from gpulease.state import Claim, LostRace, check_held, claim, release, session_scope
 from gpulease.state.claims import Claimable
 
 log = logging.getLogger("gpulease.controller")
@@ -169,3 +171,13 @@ class Skeleton(Generic[SnapT, ActT]):
             log.warning("%s %d: step failed again (%d in a row; next try in %.1f s): %s: %s",
                         self.loop.kind, entity_id, errors, delay, type(exc).__name__,
                         exc)  # fmt: skip
+
+
+@contextmanager
+def held_session(engine: Engine, held: Claim | None) -> Iterator[Session]:
+    """A write transaction of a step: raises :class:`~gpulease.state.LostRace` when the step's
+    claim ``held`` is gone (no check without one)."""
+    with session_scope(engine) as session:
+        if held is not None:
+            check_held(session, held)
+        yield session

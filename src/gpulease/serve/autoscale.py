@@ -300,6 +300,7 @@ def _up(t: _Tick, p: AutoscalePolicy, level: str) -> tuple[int, str] | None:
     st = t.streaks
     if not _lasted(st.above_since, st.last_ratio_at, p.up_for_s) or t.target >= p.max_replicas:
         return None
+    level = f"{p.metric} {_show(_mean(st.ratios, st.above_since))}"  # over the stretch above
     if t.ready < t.target:
         return t.target, f"{level} > {p.up_above}: waiting for the replicas to be ready"
     new = min(p.max_replicas, t.target + p.up_add)
@@ -313,7 +314,9 @@ def _down(t: _Tick, p: AutoscalePolicy, level: str) -> tuple[int, str] | None:
     floor = max(p.min_replicas, 1)
     if not _lasted(st.below_since, st.last_ratio_at, p.down_for_s) or t.target <= floor:
         return None
-    k = _down_step(t.target, floor, _mean(st.ratios, st.below_since), p)
+    below = _mean(st.ratios, st.below_since)  # over the stretch below
+    level = f"{p.metric} {_show(below)}"
+    k = _down_step(t.target, floor, below, p)
     if k == 0:
         return t.target, f"{level} < {p.down_below}, but one fewer would be above {p.up_above}"
     new = t.target - k
