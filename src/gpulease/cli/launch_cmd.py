@@ -62,6 +62,8 @@ def launch(
 ) -> None:
     """Launch a task: rent the best launchable plan, set it up and run it."""
     task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
+    for note in not_for_launch(task):
+        say(f"warning: {note}")
     api = client()
     with api:
         view = api.launch(task, name=name, autostop_minutes=idle_minutes, down=down,
@@ -73,6 +75,24 @@ def launch(
             return
         code = follow(api, view["name"], progress=True)
     raise typer.Exit(code)
+
+
+def not_for_launch(task: Task) -> list[str]:
+    """What of the task ``launch`` does not act on, and the command that does."""
+    notes = []
+    if task.service is not None:
+        notes.append("service: is read by `gpulease serve up` (replicas behind an endpoint); "
+                     "launch runs the task once on one cluster")  # fmt: skip
+    if task.pool is not None:
+        notes.append(
+            "pool: is read by `gpulease pool up`; launch runs the task once on one cluster"
+        )
+    if task.resources.pool is not None:
+        notes.append(
+            "resources.pool: only managed jobs run on pool nodes (`gpulease jobs launch`); "
+            f"launch rents a cluster of its own, not a node of {task.resources.pool!r}"
+        )
+    return notes
 
 
 def load_for_launch(
