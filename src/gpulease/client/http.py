@@ -16,7 +16,7 @@ import httpx
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.pools import PoolRoutes
 from gpulease.client.serving import ServingMixin
-from gpulease.client.tasks import PreparedTask, prepare_task
+from gpulease.client.tasks import post_task
 from gpulease.jsonhttp import ErrorAnswer, JsonHttp
 
 if TYPE_CHECKING:
@@ -100,12 +100,9 @@ class Client(PoolRoutes, ServingMixin):  # pool_* (client/pools.py), serve_* (cl
         the task's) override the task's ``resources.autostop``. A ``block`` budget of the
         server's config refuses the launch (:class:`~gpulease.errors.UserInputError` naming it)
         unless ``over_budget``."""
-        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body: dict[str, Any] = {"task": prepared.body, "name": name, "workdir": prepared.workdir,
-                "autostop_minutes": autostop_minutes, "down": down}  # fmt: skip
-        if over_budget:
-            body["over_budget"] = True
-        return _with_warnings(self._http.json("POST", "/v1/clusters", json=body), prepared)
+        return post_task(self._http, "/v1/clusters", task, workdir=workdir, envs=envs,
+                         environ=environ, name=name, autostop_minutes=autostop_minutes,
+                         down=down, over_budget=over_budget or None)  # fmt: skip
 
     def clusters(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/clusters")["clusters"]
@@ -176,11 +173,8 @@ class Client(PoolRoutes, ServingMixin):  # pool_* (client/pools.py), serve_* (cl
     ) -> dict[str, Any]:
         """Launch a managed job: it is recovered after preemptions and failures until it ends.
         ``task``, local paths, ``envs``, ``environ`` and ``over_budget`` as in :meth:`launch`."""
-        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body: dict[str, Any] = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
-        if over_budget:
-            body["over_budget"] = True
-        return _with_warnings(self._http.json("POST", "/v1/jobs", json=body), prepared)
+        return post_task(self._http, "/v1/jobs", task, workdir=workdir, envs=envs,
+                         environ=environ, name=name, over_budget=over_budget or None)  # fmt: skip
 
     def jobs(self, *, all_jobs: bool = True) -> list[dict[str, Any]]:
         params = {"all": "true" if all_jobs else "false"}
@@ -290,9 +284,3 @@ def _window(since: float | None, resolution: int | None) -> dict[str, Any] | Non
     if resolution is not None:
         params["resolution"] = resolution
     return params or None
-
-
-def _with_warnings(view: dict[str, Any], prepared: PreparedTask) -> dict[str, Any]:
-    """The server's view with this side's parse warnings first (each said once)."""
-    said = [*prepared.warnings, *view.get("warnings", [])]
-    return {**view, "warnings": list(dict.fromkeys(said))}

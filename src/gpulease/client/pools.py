@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpulease.client.tasks import prepare_task
+from gpulease.client.tasks import post_task
 from gpulease.jsonhttp import JsonHttp
 
 if TYPE_CHECKING:
@@ -33,11 +33,8 @@ class PoolRoutes:
         idle timeout; its ``resources`` say what a node is, its ``setup`` runs once per node).
         Local paths, ``envs`` and ``environ`` as in ``Client.launch``. A managed job with
         ``resources: {pool: NAME}`` then runs on an idle node of it."""
-        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
-        view: dict[str, Any] = self._http.json("POST", "/v1/pools", json=body)
-        said = [*prepared.warnings, *view.get("warnings", [])]
-        return {**view, "warnings": list(dict.fromkeys(said))}
+        return post_task(self._http, "/v1/pools", task, workdir=workdir, envs=envs,
+                         environ=environ, name=name)  # fmt: skip
 
     def pool_list(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/pools")["pools"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gpulease.client.tasks import prepare_task
+from gpulease.client.tasks import post_task
 from gpulease.jsonhttp import JsonHttp
 
 if TYPE_CHECKING:
@@ -43,10 +43,8 @@ class ServingMixin:
     ) -> dict[str, Any]:
         """Start a service (a task with a ``service:`` section): replicas behind an endpoint on
         the server's host. ``task``, local paths, ``envs`` and ``environ`` as in ``launch``."""
-        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body = {"task": prepared.body, "name": name, "workdir": prepared.workdir}
-        view = self._http.json("POST", "/v1/services", json=body)
-        return {**view, "warnings": [*prepared.warnings, *view.get("warnings", [])]}
+        return post_task(self._http, "/v1/services", task, workdir=workdir, envs=envs,
+                         environ=environ, name=name)  # fmt: skip
 
     def serve_list(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/services")["services"]
@@ -67,10 +65,8 @@ class ServingMixin:
     ) -> dict[str, Any]:
         """Roll the service to a new task (version + 1): new replicas become ready before old
         ones drain."""
-        prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
-        body = {"task": prepared.body, "workdir": prepared.workdir}
-        view = self._http.json("POST", f"/v1/services/{name}/update", json=body)
-        return {**view, "warnings": [*prepared.warnings, *view.get("warnings", [])]}
+        return post_task(self._http, f"/v1/services/{name}/update", task, workdir=workdir,
+                         envs=envs, environ=environ)  # fmt: skip
 
     def serve_down(self, name: str) -> dict[str, Any]:
         """Drain and terminate every replica, then close the endpoint."""

@@ -4,7 +4,8 @@ format), its envs completed on this side (``envs`` overrides; value-less envs of
 local paths made absolute against the caller's working directory — the server does not share it
 — and dumped once into the request body.
 
-Owns :func:`prepare_task` and :func:`resolve_workdir`. Moves no states.
+Owns :func:`prepare_task`, :func:`post_task` (a prepared task sent, the warnings of both
+sides merged) and :func:`resolve_workdir`. Moves no states.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpulease.errors import UserInputError
 
 if TYPE_CHECKING:
+    from gpulease.jsonhttp import JsonHttp
     from gpulease.spec import Task
 
 
@@ -74,3 +76,24 @@ def _absolute(path: str, base: Path) -> str:
     if "://" in path:
         return path
     return str((base / Path(path).expanduser()).resolve())
+
+
+def post_task(
+    http: JsonHttp,
+    path: str,
+    task: Task | Mapping[str, Any],
+    *,
+    workdir: str | None = None,
+    envs: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """POST ``{"task": ..., "workdir": ..., **fields}`` to ``path`` (the task prepared as
+    :func:`prepare_task` does; ``fields`` that are None are left out): the server's view, with
+    this side's parse warnings first (each said once)."""
+    prepared = prepare_task(task, workdir=workdir, envs=envs, environ=environ)
+    body = {"task": prepared.body, "workdir": prepared.workdir}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    view: dict[str, Any] = http.json("POST", path, json=body)
+    said = [*prepared.warnings, *view.get("warnings", [])]
+    return {**view, "warnings": list(dict.fromkeys(said))}
