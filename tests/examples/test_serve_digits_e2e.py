@@ -69,6 +69,8 @@ def service_file(workdir: Path, path: Path, *, version: str = "1", **service: An
         "down": {"below": 0.3, "remove": 1, "for": "2s"},
     }  # fmt: skip
     data["service"].update(service)
+    if "spot" in service:  # resources.use_spot defaults to False, which keeps spot out of the mix
+        data["resources"]["use_spot"] = "auto"
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -207,7 +209,9 @@ def test_a_preempted_spot_replica_is_replaced_under_load_on_sim(
                         spot={"on_demand_base": 1, "spot_share": 1.0})  # fmt: skip
     cli("serve", "up", str(spec), "-p", "sim", check=True)
     view = wait_until(settled(server, 1, 2), 60, "an on-demand and a spot replica")
-    (spot,) = [r["cluster"] for r in view["replicas"] if r["spot"]]
+    spots = [r["cluster"] for r in view["replicas"] if r["spot"]]
+    assert len(spots) == 1, json.dumps(view, indent=1)
+    (spot,) = spots
     url = view["endpoint"] + "/predict"
 
     def replaced() -> list[dict[str, Any]] | None:
