@@ -228,7 +228,12 @@ def test_a_preempted_spot_replica_is_replaced_under_load_on_sim(
         after = wait_until(replaced, 60, f"the spot replica {spot} to be preempted and replaced")
     assert health.failures() == [], health.table()
     lost = predict.failures()
+    sent = sum(result.requests for result in predict.results)
+    print(f"POST /predict across the preemption: {sent} sent, failed: {lost}")  # -s shows it
     assert predict.results and len(lost) <= 3, predict.table()  # at most those in flight there
     assert len(after) == 2 and spot not in {r["cluster"] for r in after}
+    records = json.loads((sim_home / "sim" / "sim.json").read_text()).values()
+    taken = [r["spot"] for r in records if r["preempted"]]  # the trace took it back (and a
+    assert taken and all(taken)  # spot replacement launched into the outage, taken at once)
     assert [d["to"] for d in status_json(cli)["decisions"]] == [2]  # a replacement, no scaling
     down_leaves_nothing(server, cli, lambda: sim_nodes(sim_home))
