@@ -68,9 +68,7 @@ def service_file(workdir: Path, path: Path, *, version: str = "1", **service: An
         "up": {"above": 0.8, "add": 1, "for": "2s"},
         "down": {"below": 0.3, "remove": 1, "for": "2s"},
     }  # fmt: skip
-    data["service"].update(service)
-    if "spot" in service:  # resources.use_spot defaults to False, which keeps spot out of the mix
-        data["resources"]["use_spot"] = "auto"
+    data["service"].update(service)  # a spot: mix asks for spot replicas by itself
     path.write_text(yaml.safe_dump(data))
     return path
 

@@ -152,7 +152,7 @@ class ServiceOps:
         found: dict[str, list[LaunchTarget]] = {"spot": [], "on_demand": []}
         errors: list[str] = []
         for pricing in ("spot", "on_demand"):
-            if pricing == "spot" and (not want_spot or task.resources.use_spot is False):
+            if pricing == "spot" and (not want_spot or _spot_refused(task)):
                 continue
             res = task.resources.model_copy(update={"use_spot": pricing == "spot"})
             variant = task.model_copy(update={"resources": res})
@@ -275,3 +275,10 @@ def service_routes(router: APIRouter, ops: ServiceOps) -> None:
             "X-Gpulease-Replica": str(index) if index is not None else "",
         }
         return Response(chunk.data, media_type="application/octet-stream", headers=headers)
+
+
+def _spot_refused(task: Task) -> bool:
+    """Whether the task itself says ``use_spot: false``. A service's ``spot:`` mix asks for spot
+    replicas; only a ``use_spot: false`` the user wrote (not the field's default) refuses them."""
+    res = task.resources
+    return "use_spot" in res.model_fields_set and res.use_spot is False
