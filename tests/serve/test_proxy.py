@@ -417,3 +417,18 @@ def test_a_taken_port_is_a_clear_error(balancer: MakeBalancer) -> None:
     lb = balancer()
     with pytest.raises(OSError, match=f"could not listen on 127.0.0.1:{lb.port}"):
         LoadBalancer(port=lb.port).start()
+
+
+def test_a_replica_answering_503_sends_an_idempotent_request_once_to_another(
+    replicas: MakeReplica, balancer: MakeBalancer
+) -> None:
+    """A 503 is a replica refusing work (draining after a preemption notice, not ready): a GET
+    goes once more to another replica; any other status is the answer."""
+    lb = balancer()
+    lb.set_backends(backends(replicas("a"), replicas("b")))
+    with client(lb) as c:
+        refused = c.get("/status/503")  # both refuse: the second's 503 is relayed
+        assert refused.status_code == 503
+        assert sorted(r.requests for r in settled(lb).replicas) == [1, 1]
+        assert c.get("/status/500").status_code == 500  # not retried
+    assert sorted(r.requests for r in settled(lb).replicas) in ([1, 2], [2, 1])

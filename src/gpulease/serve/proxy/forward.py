@@ -18,7 +18,9 @@ timing out) is retried once on another routable replica when the replica cannot 
 the connection was never made, or the method is idempotent (GET, HEAD, OPTIONS, PUT, DELETE,
 TRACE) or the request has a body none of which was sent yet; a body partly sent is never
 replayed (it is not buffered). The failed replica is ejected for a moment (see
-:mod:`gpulease.serve.proxy.backends`).
+:mod:`gpulease.serve.proxy.backends`). A replica answering **503** (it refuses work: draining
+after a preemption notice, not ready) gets the same treatment for an idempotent request whose
+body, if any, was not sent yet: once more on another replica; any other answer is relayed.
 """
 
 from __future__ import annotations
@@ -186,7 +188,31 @@ class Forwarder:
             except BaseException:  # cancelled (the client went away) while waiting
                 self.pool.finish(slot, loop.time() - sent, failed=False)
                 raise
+            other = self._after_unavailable(request, slot, upstream, body, tried)
+            if other is not None:  # a replica saying 503 (draining, e.g. after a preemption
+                self.pool.finish(slot, loop.time() - sent, failed=True)  # notice): once more
+                upstream.release()
+                self.pool.eject(slot)
+                tried.append(slot.backend.id)
+                slot = other
+                continue
             return await self._relay(request, slot, upstream, sent)
+
+    def _after_unavailable(
+        self,
+        request: web.BaseRequest,
+        slot: Slot,
+        upstream: aiohttp.ClientResponse,
+        body: Body | None,
+        tried: list[int],
+    ) -> Slot | None:
+        """Another replica for an idempotent request that a replica answered 503 (it refuses
+        work: draining, not ready), once; None to relay the answer as it is."""
+        if upstream.status != 503 or tried or request.method not in IDEMPOTENT:
+            return None
+        if body is not None and body.started:
+            return None
+        return self.pool.pick(exclude=[slot.backend.id])
 
     async def _send(
         self, request: web.BaseRequest, slot: Slot, headers: CIMultiDict[str], body: Body | None
