@@ -76,7 +76,17 @@ class Base(DeclarativeBase):
     }
 
 
-class Cluster(Base):
+class ReconcileClaim:
+    """The reconcile claim's columns (``state.claims``), shared by every claimable table:
+    ``clusters``, ``jobs``, ``services`` and ``pools``."""
+
+    lock_worker: Mapped[str | None] = mapped_column(String(128))
+    lock_token: Mapped[str | None] = mapped_column(String(64))
+    lock_expires_at: Mapped[float | None]
+    last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
+
+
+class Cluster(ReconcileClaim, Base):
     """A cluster the user asked for: where it should run (the current launch target), the task,
     autostop settings, failover history and the reconcile claim (``lock_*``)."""
 
@@ -108,10 +118,6 @@ class Cluster(Base):
     # or a gpulease.train job making progress); the load rule counts idleness from it
     gpu_active_at: Mapped[float | None]
     failover_history: Mapped[list[dict[str, Any]]]
-    lock_worker: Mapped[str | None] = mapped_column(String(128))
-    lock_token: Mapped[str | None] = mapped_column(String(64))
-    lock_expires_at: Mapped[float | None]
-    last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
     job_id: Mapped[int | None] = mapped_column(Integer, index=True)  # the managed job it serves
     # a service's replica (migration 0011): the service and the version of it the replica runs
     service_id: Mapped[int | None] = mapped_column(Integer, index=True)
@@ -213,7 +219,7 @@ class LaunchIntent(Base):
         return f"LaunchIntent(request_id={self.request_id!r}, status={self.status!s})"
 
 
-class Job(Base):
+class Job(ReconcileClaim, Base):
     """A managed job: the task, its ranked spot and on-demand targets (``task`` JSON), the attempt
     cluster it runs on now, and what it has been through (recoveries, restarts, blocked zones,
     spend). Times of the job's own clock (``clock``: ``system`` or a provider with a simulated
@@ -245,10 +251,6 @@ class Job(Base):
     pending_stop: Mapped[str | None] = mapped_column(String(16))  # migrate | price | budget
     failure: Mapped[str | None] = mapped_column(String(16))  # task | budget | no_offer | ...
     last_error: Mapped[str | None] = mapped_column(Text)
-    lock_worker: Mapped[str | None] = mapped_column(String(128))  # the reconcile claim
-    lock_token: Mapped[str | None] = mapped_column(String(64))
-    lock_expires_at: Mapped[float | None]
-    last_processed_at: Mapped[float | None]  # when a reconcile worker last released its claim
     created_at: Mapped[float]
     updated_at: Mapped[float]
 

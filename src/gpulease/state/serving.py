@@ -16,10 +16,10 @@ from sqlalchemy import Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpulease.state.machines import PoolStatus, ServiceStatus
-from gpulease.state.models import Base, StatusType
+from gpulease.state.models import Base, ReconcileClaim, StatusType
 
 
-class Service(Base):
+class Service(ReconcileClaim, Base):
     """A service (``gpulease serve up``): its document (``task`` JSON: the spec with its
     ``service:`` section, the run spec and the ranked plans of a replica), the version a rolling
     update brings (``version``: 1, +1 per ``serve update``; a replica cluster's
@@ -43,10 +43,6 @@ class Service(Base):
     autoscale: Mapped[dict[str, Any]]
     decisions: Mapped[list[dict[str, Any]]]
     last_error: Mapped[str | None] = mapped_column(Text)
-    lock_worker: Mapped[str | None] = mapped_column(String(128))  # the reconcile claim
-    lock_token: Mapped[str | None] = mapped_column(String(64))
-    lock_expires_at: Mapped[float | None]
-    last_processed_at: Mapped[float | None]
     created_at: Mapped[float]
     updated_at: Mapped[float]
 
@@ -54,7 +50,7 @@ class Service(Base):
         return f"Service(id={self.id!r}, name={self.name!r}, status={self.status!s})"
 
 
-class Pool(Base):
+class Pool(ReconcileClaim, Base):
     """A pool (``gpulease pool up``): its document (``task`` JSON: the spec with its ``pool:``
     section and the ranked plans of a node), the nodes it wants now (``desired_nodes``, between
     the spec's min and max, from the queue) and the history of its sizing decisions. A pool
@@ -73,10 +69,6 @@ class Pool(Base):
     desired_nodes: Mapped[int] = mapped_column(Integer)
     decisions: Mapped[list[dict[str, Any]]]
     last_error: Mapped[str | None] = mapped_column(Text)
-    lock_worker: Mapped[str | None] = mapped_column(String(128))  # the reconcile claim
-    lock_token: Mapped[str | None] = mapped_column(String(64))
-    lock_expires_at: Mapped[float | None]
-    last_processed_at: Mapped[float | None]
     created_at: Mapped[float]
     updated_at: Mapped[float]
 
