@@ -21,7 +21,6 @@ writes it on the same clock), copied into ``jobs.cost_usd``. States moved: job s
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,8 +52,7 @@ from gpulease.controller.job_rules import (
 )
 from gpulease.controller.pool_jobs import release_node, take_node
 from gpulease.controller.ports import AgentConnector, NodeRef
-from gpulease.controller.reconciler import worker_prefix
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
+from gpulease.controller.skeleton import ClaimedLoop, LoopSettings, StepOutcome, held_session
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.spot import Mode, Observation
@@ -111,7 +109,7 @@ class _PolicyState:
     mode: str
 
 
-class JobReconciler:
+class JobReconciler(ClaimedLoop[JobSnapshot, JobAction]):
     """The managed-jobs loop: an :class:`~gpulease.controller.skeleton.EntityLoop` over job
     rows, driven by its :class:`~gpulease.controller.skeleton.Skeleton` (claims on ``jobs``)."""
 
@@ -129,20 +127,13 @@ class JobReconciler:
         config: JobConfig | None = None,
         settings: LoopSettings | None = None,
     ) -> None:
-        self.engine = engine
+        super().__init__(engine, clock=clock, owner=owner, settings=settings)
         self.providers = providers
         self.agents = agents
-        self.clock = clock
-        self.owner = owner
         self.config = config or JobConfig()
-        self.worker = f"{worker_prefix(owner)}{os.getpid()}"
-        self.skeleton: Skeleton[JobSnapshot, JobAction] = Skeleton(
-            self, engine, clock=clock, worker=self.worker, settings=settings
-        )
         self._policies: dict[int, _PolicyState] = {}
         self.events = EventRelay(engine, providers, agents, clock=clock,
                                  grace_s=self.config.stop_grace_s)  # fmt: skip
-        self._held: Claim | None = None  # the claim of the job being applied
 
     # ---- clocks and the market --------------------------------------------------------------
 
@@ -206,10 +197,6 @@ class JobReconciler:
     def relay_events(self) -> bool:
         """Preemption notices to the agents, preemptions onto the node rows."""
         return self.events.relay()
-
-    def step(self, job_id: int) -> bool:
-        """Claim the job, take one step, release it (the skeleton's step)."""
-        return self.skeleton.step(job_id)
 
     def stop_for_budget(self, job_id: int, detail: str) -> bool:
         """Ask a RUNNING job's task to checkpoint and stop because an install budget

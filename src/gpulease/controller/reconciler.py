@@ -13,8 +13,6 @@ nothing). Moves states only through the applier.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Engine, exists, or_, select, update
@@ -28,7 +26,7 @@ from gpulease.controller.decide import decide
 from gpulease.controller.observe import Observer
 from gpulease.controller.ports import AgentConnector
 from gpulease.controller.rules import ReconcileConfig
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome
+from gpulease.controller.skeleton import ClaimedLoop, LoopSettings, StepOutcome, worker_prefix
 from gpulease.controller.snapshot import Snapshot
 from gpulease.controller.storage_accrual import StorageAccrual
 from gpulease.controller.sweep import sweep_orphans
@@ -39,15 +37,13 @@ from gpulease.state.models import Cluster, Job, Node, Pool
 
 log = logging.getLogger("gpulease.controller")
 
+__all__ = ["ACTIVE", "RESTING", "Reconciler", "release_stale", "worker_prefix"]
+
 RESTING = frozenset({ClusterStatus.SUCCEEDED, ClusterStatus.FAILED, ClusterStatus.STOPPED})
 ACTIVE = frozenset(ClusterStatus) - RESTING - {ClusterStatus.TERMINATED}
 
 
-def worker_prefix(owner: str) -> str:
-    return f"{owner}@{socket.gethostname()}:"
-
-
-class Reconciler:
+class Reconciler(ClaimedLoop[Snapshot, Action]):
     """The cluster loop: an :class:`~gpulease.controller.skeleton.EntityLoop` over cluster rows,
     driven by its :class:`~gpulease.controller.skeleton.Skeleton`."""
 
@@ -66,20 +62,13 @@ class Reconciler:
         settings: LoopSettings | None = None,
         storage: StorageAccrual | None = None,
     ) -> None:
-        self.engine = engine
+        super().__init__(engine, clock=clock, owner=owner, settings=settings)
         self.providers = providers
         self.agents = agents
-        self.clock = clock
-        self.owner = owner
-        self.worker = f"{worker_prefix(owner)}{os.getpid()}"
         self.config = config or ReconcileConfig()
-        self.settings = settings or LoopSettings()
         self.observer = Observer(providers, agents)
         self.accrual = Accrual(engine, providers, clock)
         self.storage = storage  # the checkpoint stores' storage rows (the server builds one)
-        self.skeleton: Skeleton[Snapshot, Action] = Skeleton(
-            self, engine, clock=clock, worker=self.worker, settings=self.settings
-        )
 
     # ---- the loop ---------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ pools and budgets to come: **claim → snapshot → pure decision → apply → 
 
 A loop supplies an :class:`EntityLoop` (which entities are due, how to snapshot one, the pure
 ``decide``, how to apply its actions, and which table its claims live in); :class:`Skeleton`
-drives it. For each due entity, one step:
+drives it. :class:`ClaimedLoop` is the base every loop class derives from: its engine, clock,
+owner, worker name and skeleton, and ``run_pass`` / ``step``. For each due entity, one step:
 
 1. skip it while it backs off after an error (no DB or provider call at all);
 2. **claim** its row (token + expiry, :func:`gpulease.state.claim`) in a short transaction —
@@ -26,6 +27,9 @@ itself.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,6 +175,53 @@ class Skeleton(Generic[SnapT, ActT]):
             log.warning("%s %d: step failed again (%d in a row; next try in %.1f s): %s: %s",
                         self.loop.kind, entity_id, errors, delay, type(exc).__name__,
                         exc)  # fmt: skip
+
+
+def worker_prefix(owner: str) -> str:
+    """The start of every worker name of ``owner`` on this host (``owner@host:``)."""
+    return f"{owner}@{socket.gethostname()}:"
+
+
+class ClaimedLoop(ABC, Generic[SnapT, ActT]):
+    """A loop class on the skeleton: an :class:`EntityLoop` over the rows of ``model``, claimed
+    by this process's worker (``owner@host:pid``) and driven by its :class:`Skeleton`.
+    ``_held`` is the claim of the entity being applied (for :func:`held_session`)."""
+
+    kind: str
+    model: Claimable
+
+    def __init__(
+        self, engine: Engine, *, clock: Clock, owner: str, settings: LoopSettings | None = None
+    ) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.owner = owner
+        self.worker = f"{worker_prefix(owner)}{os.getpid()}"
+        self.skeleton: Skeleton[SnapT, ActT] = Skeleton(
+            self, engine, clock=clock, worker=self.worker, settings=settings
+        )
+        self.settings = self.skeleton.settings
+        self._held: Claim | None = None
+
+    @abstractmethod
+    def due(self) -> list[int]: ...
+
+    @abstractmethod
+    def snapshot(self, entity_id: int, retry_at: float | None) -> SnapT | None: ...
+
+    @abstractmethod
+    def decide(self, snap: SnapT) -> Sequence[ActT]: ...
+
+    @abstractmethod
+    def apply(self, snap: SnapT, actions: Sequence[ActT], held: Claim) -> StepOutcome: ...
+
+    def run_pass(self) -> bool:
+        """One step for every due entity; True when any step changed something."""
+        return self.skeleton.run_pass()
+
+    def step(self, entity_id: int) -> bool:
+        """Claim the entity, take one step, release it."""
+        return self.skeleton.step(entity_id)
 
 
 @contextmanager
