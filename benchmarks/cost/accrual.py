@@ -23,11 +23,9 @@ Writes ``benchmarks/cost/results/accrual-<db>.json`` and prints a Markdown table
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cost.databases import database  # noqa: E402
+from benchmarks.cost.harness import Result, each_database, markdown_table, median_s  # noqa: E402
 from benchmarks.cost.synthetic import analyze, closed_history  # noqa: E402
 from sqlalchemy import Engine, insert, select, text  # noqa: E402
 
@@ -44,18 +43,8 @@ from gpulease.providers.local import LocalProvider  # noqa: E402
 from gpulease.state import ClusterStatus, NodeState, upgrade  # noqa: E402
 from gpulease.state.models import Cluster, LedgerEntry, Node  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 START = 1_780_000_000.0
 PASS_INTERVAL_S = 0.5  # the server loop's pass interval (server/runtime.py LoopThread)
-
-
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
 
 
 def seed(engine: Engine, nodes: int, now: float) -> None:
@@ -103,7 +92,7 @@ def bench(kind: str, engine: Engine, root: Path, args: Any) -> dict[str, Any]:
     per = 1000.0 / args.nodes * 1000.0  # seconds → ms per 1,000 nodes
     out: dict[str, Any] = {"db": kind, "nodes": args.nodes, "closed_rows": args.history,
                            "opened": opened, "open_rows": open_rows}  # fmt: skip
-    out["baseline_select_ms_per_1000"] = timed(baseline, args.repeat) * per
+    out["baseline_select_ms_per_1000"] = median_s(baseline, args.repeat) * per
     times, written = steady(accrual, clock, args.passes)
     out["steady_pass_interval_s"] = PASS_INTERVAL_S
     out["steady_passes"] = len(times)
@@ -126,7 +115,7 @@ def bench(kind: str, engine: Engine, root: Path, args: Any) -> dict[str, Any]:
         written.append(fresh.run())
 
     written = []
-    out["first_pass_after_start_ms_per_1000"] = timed(first_pass, args.repeat) * per
+    out["first_pass_after_start_ms_per_1000"] = median_s(first_pass, args.repeat) * per
     out["first_pass_rows_written"] = written[-1]
     return out
 
@@ -152,13 +141,12 @@ def run(kind: str, args: Any) -> dict[str, Any]:
         return bench(kind, engine, folder / "local", args)
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| measurement (ms per 1,000 nodes) | " + " | ".join(r["db"] for r in results) + " |",
-             "|---|" + "---:|" * len(results)]  # fmt: skip
-    for key in [k for k in results[0] if k.endswith("_ms_per_1000")]:
-        cells = [f"{r[key]:.1f} ms" for r in results]
-        lines.append(f"| {key.removesuffix('_ms_per_1000')} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def table(results: list[Result]) -> str:
+    keys = [k for k in results[0] if k.endswith("_ms_per_1000")]
+    rows = [
+        (key.removesuffix("_ms_per_1000"), [f"{r[key]:.1f} ms" for r in results]) for key in keys
+    ]
+    return markdown_table("measurement (ms per 1,000 nodes)", results, rows)
 
 
 def main() -> None:
@@ -167,16 +155,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--passes", type=int, default=200)
     parser.add_argument("--history", type=int, default=300_000, help="closed rows beside")
-    parser.add_argument("--db", default="sqlite,postgresql")
-    args = parser.parse_args()
-    RESULTS.mkdir(exist_ok=True)
-    results = []
-    for kind in args.db.split(","):
-        found = run(kind, args)
-        (RESULTS / f"accrual-{kind}.json").write_text(json.dumps(found, indent=2) + "\n")
-        print(json.dumps(found), flush=True)
-        results.append(found)
-    print(table(results))
+    each_database(parser, run, table, prefix="accrual-")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,7 @@ report in < 1 s at 1M rows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cost.databases import database  # noqa: E402
+from benchmarks.cost.harness import Result, each_database, markdown_table, median_s  # noqa: E402
 from benchmarks.cost.synthetic import fill  # noqa: E402
 from sqlalchemy import Connection, Engine, text  # noqa: E402
 
@@ -41,17 +40,6 @@ from gpulease.cost.overlap import Window  # noqa: E402
 from gpulease.cost.period import GROUPS, month_of  # noqa: E402
 from gpulease.cost.report import breakdown, cost_report, forecast  # noqa: E402
 from gpulease.state import upgrade  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def median_s(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
 
 
 def _cli(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -128,32 +116,20 @@ def run(kind: str, args: Any) -> dict[str, Any]:
         return bench(kind, engine, folder / "home", env, args)
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| measurement | " + " | ".join(r["db"] for r in results) + " |",
-             "|---|" + "---:|" * len(results)]  # fmt: skip
+def table(results: list[Result]) -> str:
     keys = [k for k in results[0] if k.endswith("_s") and k != "fill_s"]
-    for key in keys:
-        cells = [f"{r[key] * 1000:.0f} ms" if key in r else "—" for r in results]
-        lines.append(f"| {key.removesuffix('_s')} | " + " | ".join(cells) + " |")
-    lines.append("| rows | " + " | ".join(f"{r['rows']:,}" for r in results) + " |")
-    lines.append("| fill (s) | " + " | ".join(str(r["fill_s"]) for r in results) + " |")
-    return "\n".join(lines)
+    cells = [[f"{r[key] * 1000:.0f} ms" if key in r else "—" for r in results] for key in keys]
+    rows = [(key.removesuffix("_s"), line) for key, line in zip(keys, cells, strict=True)]
+    rows.append(("rows", [f"{r['rows']:,}" for r in results]))
+    rows.append(("fill (s)", [str(r["fill_s"]) for r in results]))
+    return markdown_table("measurement", results, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--db", default="sqlite,postgresql")
-    args = parser.parse_args()
-    RESULTS.mkdir(exist_ok=True)
-    results = []
-    for kind in args.db.split(","):
-        found = run(kind, args)
-        (RESULTS / f"{kind}.json").write_text(json.dumps(found, indent=2) + "\n")
-        print(json.dumps(found), flush=True)
-        results.append(found)
-    print(table(results))
+    each_database(parser, run, table)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from gpulease.clock import VirtualClock
 from gpulease.controller.storage_accrual import StorageAccrual, measure_store, normal_url
 from gpulease.cost.report import cost_report
 from gpulease.errors import Retryable
-from gpulease.state import create_job, session_scope
+from gpulease.state import create_job, entry_subject, session_scope
 from gpulease.state.ledger import job_spend
 from gpulease.state.models import LedgerEntry
 from gpulease.storage import LocalStore, S3Store
@@ -97,7 +97,7 @@ def test_a_store_bills_its_measured_bytes_and_splits_when_they_change(
     t0 = clock.now()
     _settle(accrual)
     (row,) = _rows(engine)
-    assert (row.kind, row.entry_key.split(":", 1)[1].rsplit(":", 1)[0]) == ("storage", url)
+    assert (row.kind, entry_subject(row.entry_key)) == ("storage", url)
     assert (row.started_at, row.quantity, row.price_per_hour) == (t0, 0.001, pytest.approx(1.0))
     assert (row.job_id, row.task_name, row.user, row.provider) == (jid, "train", "alice", "local")
     assert (row.pricing, row.billing, row.closed) == ("on_demand", "second", False)

@@ -20,9 +20,12 @@ from gpulease.state.ledger import (
     advance,
     change_price,
     close,
+    entry_key,
+    entry_subject,
     job_spend,
     open_entries,
     open_entry,
+    replace_facts,
 )
 from gpulease.state.models import LedgerEntry
 
@@ -113,3 +116,26 @@ def test_facts_are_checked() -> None:
         _facts(kind="gpu")
     with pytest.raises(BadBillingRule):
         _facts("weekly")
+
+
+SUBJECTS = st.builds(
+    str.__add__,
+    st.sampled_from(["", "s3://", "file:///", "sha256:", "gs://bucket/"]),
+    st.text(st.sampled_from("ab9:/.-_é"), max_size=30),
+)
+
+
+@given(st.text(st.characters(exclude_characters=":"), min_size=1), SUBJECTS, st.floats(0, 4e9))
+def test_the_subject_is_read_back_from_any_key(kind: str, subject: str, started_at: float) -> None:
+    assert entry_subject(entry_key(kind, subject, started_at)) == subject
+
+
+def test_a_storage_row_keeps_a_store_url_as_its_subject(engine: Engine) -> None:
+    url = "s3://bucket/runs/a:b"  # the split on every ':' made this "s3"
+    facts = _facts(kind="storage", subject=url, node_id=None, quantity=2.0)
+    with session_scope(engine) as session:
+        row = open_entry(session, facts, started_at=T0, now=T0)
+        assert replace_facts(row) == facts
+        nxt = change_price(session, row, T0 + 60, 7.2, now=T0 + 60)
+        assert nxt.entry_key == entry_key("storage", url, T0 + 60)
+        assert entry_subject(nxt.entry_key) == url

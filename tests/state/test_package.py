@@ -52,6 +52,8 @@ PUBLIC_API = {
     "list_jobs",
     "job_clusters",
     "add_event",
+    # ledger
+    "entry_subject",
     # db and migrations
     "database_url",
     "make_engine",

@@ -46,7 +46,7 @@ from gpulease.billing import HOURS_PER_MONTH
 from gpulease.clock import Clock
 from gpulease.controller.accrual import ADVANCE_EVERY_S, os_user
 from gpulease.state import session_scope
-from gpulease.state.ledger import EntryFacts, advance_open_rows, close, open_entry
+from gpulease.state.ledger import EntryFacts, advance_open_rows, close, entry_subject, open_entry
 from gpulease.state.models import Job, LedgerEntry
 from gpulease.storage.pricing import StoragePricing, scheme_of
 from gpulease.storage.store import store_from_url
@@ -155,7 +155,7 @@ class StorageAccrual:
         moved = 0
         seen: set[str] = set()
         for row in session.scalars(stmt):
-            subject = row.entry_key.split(":", 1)[1].rsplit(":", 1)[0]
+            subject = entry_subject(row.entry_key)
             known = self._stores.get(subject)
             url = known.url if known else None if subject.startswith("sha256:") else subject
             if url is None or self.pricing.price_of(url) <= 0 or subject in seen:

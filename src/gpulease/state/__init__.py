@@ -14,7 +14,8 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``intents``     ``submit_intent``: intent committed before the side effect
 - ``jobs``        managed-job rows and their bookkeeping
 - ``tokens``      random tokens stored as sha256 hashes
-- ``ledger``      the cost ledger's writer (the only one): open, advance, close, price splits
+- ``ledger``      the cost ledger's writer (the only one): open, advance, close, price splits;
+                  ``entry_subject`` reads the subject back from a row's ``entry_key``
 
 See docs/state.md. Imports only :mod:`gpulease.errors`, :mod:`gpulease.config`,
 :mod:`gpulease.billing` and :mod:`gpulease.clock` of gpulease, plus SQLAlchemy, alembic and
@@ -39,6 +40,7 @@ from gpulease.state.db import (
 )
 from gpulease.state.intents import IntentClosed, IntentView, submit_intent
 from gpulease.state.jobs import add_event, create_job, get_job, job_clusters, list_jobs
+from gpulease.state.ledger import entry_subject
 from gpulease.state.machines import (
     FINAL,
     INITIAL,
@@ -134,6 +136,7 @@ __all__ = [
     "current_target",
     "database_url",
     "ensure_node",
+    "entry_subject",
     "fail_over",
     "get_cluster",
     "get_cluster_by_name",

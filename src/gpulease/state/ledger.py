@@ -88,6 +88,13 @@ def entry_key(kind: str, subject: str, started_at: float) -> str:
     return f"{kind}:{subject}:{started_at:.3f}"
 
 
+def entry_subject(key: str) -> str:
+    """The subject of an :func:`entry_key`: what stands between the kind (before the first
+    ``:``) and the start time (after the last ``:``) — a subject may hold ``:`` itself (a store
+    URL ``s3://bucket/x``, a ``sha256:`` digest)."""
+    return key.split(":", 1)[1].rsplit(":", 1)[0]
+
+
 def _recompute(entry: LedgerEntry) -> None:
     rule = billing_rule(entry.billing)
     run = entry.run_started_at
@@ -184,7 +191,7 @@ def replace_facts(entry: LedgerEntry, **changes: Any) -> EntryFacts:
     """The facts of ``entry`` (its dimensions and price), with ``changes``."""
     names = [f.name for f in fields(EntryFacts) if f.name != "subject"]
     values: dict[str, Any] = {name: getattr(entry, name) for name in names}
-    values["subject"] = entry.entry_key.split(":")[1]
+    values["subject"] = entry_subject(entry.entry_key)
     values.update(changes)
     return EntryFacts(**values)
 
