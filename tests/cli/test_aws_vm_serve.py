@@ -7,8 +7,10 @@ the VM's address on that port is refused (while the VM's sshd on the same addres
 requests through the service's endpoint reach it only through the SSH forward the server opens
 per replica. Two replicas come up ready in ``serve status --json`` with their place and $ per
 hour; one instance is terminated from outside (EC2 terminates it, the harness kills its VM) and
-is replaced on a new VM while requests keep succeeding through the other; ``serve down`` leaves
-no instance, VM, key pair, security group or ssh forward process."""
+is replaced on a new VM while requests keep succeeding through the other (at most the one
+``POST`` in flight on the lost VM fails: it is not retried), and the lost replica's forward is
+closed (its ssh reaped, not left a zombie); ``serve down`` leaves no instance, VM, key pair,
+security group or ssh process to the VMs."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
+from tests.awsvm import AwsVms, Vm, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
 from tests.cli.conftest import Cli
 from tests.waiting import wait_until
 
@@ -95,23 +97,32 @@ def _ready(user: Cli, count: int, without: str | None = None) -> dict[str, Any] 
         else None  # fmt: skip
 
 
-def _processes() -> list[str]:
-    """Every process's full command line (``ww``: never cut to a width)."""
-    listed = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True,
+def _ssh_to(addresses: set[str], port: int | None = None) -> dict[int, str]:
+    """The ssh processes to these VMs by pid (every one a forward: to an agent, or with ``port``
+    to ``127.0.0.1:port`` on the VM, a replica's); ``ww``: command lines never cut to a width."""
+    listed = subprocess.run(["ps", "-eww", "-o", "pid=,args="], capture_output=True, text=True,
                             check=True)  # fmt: skip
-    return listed.stdout.splitlines()
+    found = {}
+    for line in listed.stdout.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if (
+            args.startswith("ssh ")
+            and _host(args) in addresses
+            and (port is None or f":127.0.0.1:{port} " in args)
+        ):
+            found[int(pid)] = args
+    return found
 
 
-def _ssh_to(addresses: set[str], port: int | None = None) -> list[str]:
-    """The ssh processes to these VMs (every one of them a forward: to an agent, or with
-    ``port`` to ``127.0.0.1:port`` on the VM, a replica's)."""
-    return [line for line in _processes()
-            if line.startswith("ssh ") and line.split()[-1].split("@")[-1] in addresses
-            and (port is None or f":127.0.0.1:{port} " in line)]  # fmt: skip
+def _host(args: str) -> str:
+    """The address an ssh command line goes to (its last word, ``user@address``)."""
+    return args.rsplit(maxsplit=1)[-1].rsplit("@", maxsplit=1)[-1]
 
 
-def _forwarded(lines: list[str]) -> set[str]:
-    return {line.split()[-1].split("@")[-1] for line in lines}
+def _reaped(pids: list[int]) -> bool:
+    """None of these processes is left, not even as a zombie: their owner stopped and waited for
+    them (a forward whose ssh exited by itself and was never dropped stays a zombie)."""
+    return not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
 def _refused(address: str, port: int) -> bool:
@@ -175,12 +186,17 @@ def test_a_service_on_vms_is_reached_only_through_the_ssh_channel(
     (workdir / "app.py").write_text(APP)
     spec = tmp_path / "echo.yaml"
     spec.write_text(SERVICE.format(workdir=workdir, port=PORT))
+    cloud = aws_vms.cloud
+    before = len(cloud.booted)  # the VMs of earlier tests in this session stay listed
+
+    def booted() -> list[Vm]:
+        return cloud.booted[before:]
+
     started = time.monotonic()
     up = _ok(user("serve", "up", str(spec), "-p", "aws", timeout=180))
     view = wait_until(lambda: _ready(user, 2), 300, "two ready replicas on VMs")
     print(f"\nserve up to two ready replicas on VMs: {time.monotonic() - started:.1f} s")
-    cloud = aws_vms.cloud
-    assert len(cloud.vms) == 2 and len(cloud.booted) == 2  # one VM boot per replica
+    assert len(cloud.vms) == 2 and len(booted()) == 2  # one VM boot per replica
     for replica in view["replicas"]:
         assert replica["where"].startswith("aws/us-east-1") and not replica["spot"]
         assert replica["instance_type"] and replica["price_per_hour"] > 0
@@ -194,9 +210,7 @@ def test_a_service_on_vms_is_reached_only_through_the_ssh_channel(
         socket.create_connection((vm.address, 22), timeout=5).close()  # while sshd answers
     live = {vm.address for vm in cloud.vms.values()}
     forwards = _ssh_to(live, PORT)
-    assert len(forwards) == 2 and _forwarded(forwards) == live, [
-        line for line in _processes() if "ssh" in line
-    ]  # one per replica
+    assert sorted(map(_host, forwards.values())) == sorted(live), forwards  # one per replica
     with httpx.Client(timeout=10.0) as client:
         answered = {client.post(f"{endpoint}/echo", content=f"x{n}").json()["host"]
                     for n in range(20)}  # fmt: skip
@@ -204,26 +218,28 @@ def test_a_service_on_vms_is_reached_only_through_the_ssh_channel(
     assert answered == set(hosts)  # both VMs answered through the endpoint
 
     (lost_id, lost_vm), *_ = cloud.vms.items()
+    lost_forward = [pid for pid, args in forwards.items() if _host(args) == lost_vm.address]
     lost_host = f"ip-{lost_vm.address.replace('.', '-')}"
     with Echoes(f"{endpoint}/echo") as echoes:
         wait_until(lambda: len(echoes.hosts) >= 5 or None, 30, "requests before the loss")
         aws_vms.ec2.terminate_instances(InstanceIds=[lost_id])  # from outside gpulease
         wait_until(lambda: lost_id not in cloud.vms or None, 30, "the VM to be killed")
         lost_at, killed = len(echoes.hosts), time.monotonic()
-        after = wait_until(lambda: _ready(user, 2) if len(cloud.booted) == 3 else None, 300,
+        after = wait_until(lambda: _ready(user, 2) if len(booted()) == 3 else None, 300,
                            "a replacement replica on a new VM")  # fmt: skip
         served_after = echoes.hosts[lost_at:]
         print(f"VM killed to its replacement ready: {time.monotonic() - killed:.1f} s")
-    new_vm = cloud.booted[-1]
+    new_vm = booted()[-1]
     assert new_vm.instance_id != lost_id and new_vm.instance_id in cloud.vms
     assert served_after and lost_host not in served_after  # the other one carried the load
     print(f"\nacross the loss: {len(echoes.hosts)} answered, {len(echoes.failures)} failed:"
           f" {echoes.failures[:5]}")  # fmt: skip
     assert len(echoes.failures) <= 1, echoes.failures  # at most the one in flight on the lost VM
     assert {r["cluster"] for r in after["replicas"]} != {r["cluster"] for r in view["replicas"]}
-    forwards = _ssh_to({vm.address for vm in cloud.booted}, PORT)
+    wait_until(lambda: _reaped(lost_forward), 60, "the lost replica's forward to be closed")
+    forwards = _ssh_to({vm.address for vm in booted()}, PORT)
     live = {vm.address for vm in cloud.vms.values()}
-    assert len(forwards) == 2 and _forwarded(forwards) == live, forwards  # the lost one's closed
+    assert sorted(map(_host, forwards.values())) == sorted(live), forwards  # the new one's open
 
     _ok(user("serve", "down", "echo"))
     wait_until(lambda: _status(user)["status"] == "down" or None, 120, "the service to be down")
@@ -233,5 +249,6 @@ def test_a_service_on_vms_is_reached_only_through_the_ssh_channel(
     wait_until(lambda: not cloud.namespaces() or None, 30, "the VMs' namespaces to go")
     wait_until(lambda: not _tagged(aws_vms.ec2, "groups") or None, 30, "the security group")
     assert _tagged(aws_vms.ec2, "keys") == []
-    left = _ssh_to({vm.address for vm in cloud.booted})
-    assert left == [], left  # no ssh forward to a replica or an agent outlives the service
+    left = _ssh_to({vm.address for vm in booted()})
+    assert left == {}, left  # no ssh forward to a replica or an agent outlives the service
+    assert _reaped(list(forwards)), "a replica's forward was never closed"
