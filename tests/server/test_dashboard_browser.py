@@ -170,18 +170,20 @@ def test_the_dashboard_in_chromium(
     two_gpus = {"providers": ["local"], "accelerators": "T4:2"}
     api.launch({"name": "watched", "resources": two_gpus, "run": "sleep 600"})
     job = api.job_launch({"name": "trainer", "resources": two_gpus, "run": TRAINER})
-    (tmp_path / "replica.py").write_text(REPLICA)
+    app = tmp_path / "app"  # the replica's workdir (not tmp_path: Chromium's profile is there)
+    app.mkdir()
+    (app / "replica.py").write_text(REPLICA)
     endpoint = api.serve_up(
         {
             "name": "web",
             "resources": {"providers": ["local"]},
             "envs": {"VERSION": "1"},
-            "workdir": str(tmp_path),
+            "workdir": str(app),
             "run": "exec python replica.py",
             "service": SERVICE,
         }
     )["endpoint"]
-    api.pool_up(POOL)  # fmt: skip
+    api.pool_up(POOL)
     gpu_server.wait_status("watched", {"running"}, timeout=60)
     wait_until(lambda: api.serve_status("web")["status"] == "ready" or None, 60,
                "the service's replica to be ready")  # fmt: skip

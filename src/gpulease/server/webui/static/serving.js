@@ -66,9 +66,14 @@ window.GL = window.GL || {};
     return kept;
   }
 
-  function wanted(decisions, now, desired) {
-    const points = [];
-    for (const d of decisions) points.push([d.at, d.from], [d.at, d.to]);
+  // the desired count as a step line over the last hour: its value an hour ago (the last older
+  // decision's), each later decision's from → to, and now
+  function wanted(decisions, since, now, desired) {
+    const older = decisions.filter((d) => d.at < since);
+    const points = older.length ? [[since, older[older.length - 1].to]] : [];
+    for (const d of decisions.filter((d) => d.at >= since)) {
+      points.push([d.at, d.from], [d.at, d.to]);
+    }
     points.push([now, desired]);
     return points;
   }
@@ -86,8 +91,8 @@ window.GL = window.GL || {};
                                    {name: "p95", points: column(3)}]});
     GL.lineChart(charts, {id: "replicas", title: "Replicas", since,
                           series: [{name: "desired (the decisions)",
-                                    points: wanted(view.decisions || [], Date.now() / 1000,
-                                                   view.desired_replicas)},
+                                    points: wanted(view.decisions || [], since,
+                                                   Date.now() / 1000, view.desired_replicas)},
                                    {name: "ready (seen by this page)", points: column(4)}]});
     return charts;
   }
