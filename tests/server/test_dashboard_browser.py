@@ -265,6 +265,14 @@ def test_the_dashboard_in_chromium(
 
     # the service page: its replica, the decision serve up made, its events, the load it read
     _requests(endpoint)
+
+    def served() -> list[dict[str, Any]] | None:  # the server's load history saw the requests
+        answer = httpx.get(f"{api.url}/v1/services/web/load", timeout=10,
+                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        points: list[dict[str, Any]] = answer.json()["points"]
+        return points if any(p["latency_p50_ms"] is not None for p in points) else None
+
+    points = wait_until(served, 10, "a load point with the requests (a point a second)")
     browser.get(link.split("/ui/")[0] + "/ui/service?name=web")
     _loaded(browser)
     (replica,) = browser.find_elements("css selector", "#replicas tbody tr[data-replica]")
@@ -275,9 +283,10 @@ def test_the_dashboard_in_chromium(
     assert "ready" in browser.find_element("css selector", "#events").text
     charts = _charts(browser)
     assert set(charts) >= {"qps", "latency", "replicas"}
-    assert charts["qps"]["points"] >= 1 and charts["latency"]["points"] >= 1, charts
-    desired = [line for line in charts["replicas"]["lines"] if line["name"].startswith("desired")]
-    assert desired and desired[0]["last"] == 1, charts
+    assert charts["qps"]["points"] >= len(points) and charts["latency"]["points"] >= 1, charts
+    lines = {line["name"]: line for line in charts["replicas"]["lines"]}
+    assert lines["desired (the decisions)"]["last"] == 1, charts
+    assert lines["behind the endpoint"]["last"] == 1, charts
     browser.save_screenshot(str(out_dir / "service.png"))
     assert _errors(browser) == []
 

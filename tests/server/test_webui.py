@@ -23,6 +23,7 @@ from gpulease.server.api import create_app
 from gpulease.server.endpoints import Endpoints
 from gpulease.server.pools import PoolService
 from gpulease.server.service import ClusterService
+from gpulease.server.service_load import LoadHistory
 from gpulease.server.services import ServiceOps
 from gpulease.server.webui import COOKIE, LoginRefused, Logins
 from gpulease.server.webui.login import LINK_TTL_S, SESSION_TTL_S
@@ -58,16 +59,28 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-def serving_app(engine: Engine, logins: Logins, clock: VirtualClock) -> Iterator[TestClient]:
+def endpoints() -> Iterator[Endpoints]:
+    made = Endpoints()
+    yield made
+    made.close_all()
+
+
+@pytest.fixture
+def load(endpoints: Endpoints, clock: VirtualClock) -> LoadHistory:
+    return LoadHistory(endpoints, clock)
+
+
+@pytest.fixture
+def serving_app(
+    engine: Engine, logins: Logins, clock: VirtualClock, endpoints: Endpoints, load: LoadHistory
+) -> TestClient:
     """The app with the services and pools routes (a service's endpoint is a real balancer)."""
     service = ClusterService(engine, {"local": SellingFake(name="local")}, FakeAgents(),
                              clock=clock, owner="gl-test")  # fmt: skip
-    endpoints = Endpoints()
     app = create_app(service, SecretStr(TOKEN), logins=logins,
                      pools=PoolService(engine, service),
-                     services=ServiceOps(engine, service, endpoints))  # fmt: skip
-    yield TestClient(app)
-    endpoints.close_all()
+                     services=ServiceOps(engine, service, endpoints, load=load))  # fmt: skip
+    return TestClient(app)
 
 
 def _link(app: TestClient) -> str:
@@ -151,7 +164,7 @@ def test_the_cookie_opens_the_read_routes_and_nothing_else(app: TestClient) -> N
 
 
 def test_the_cookie_reads_services_and_pools_and_changes_neither(
-    serving_app: TestClient,
+    serving_app: TestClient, load: LoadHistory, clock: VirtualClock
 ) -> None:
     app = serving_app
     served = {"port": 8080, "readiness_probe": "/health", "replicas": {"min": 1, "max": 1}}
@@ -162,7 +175,10 @@ def test_the_cookie_reads_services_and_pools_and_changes_neither(
     pool = app.post("/v1/pools", headers=BEARER,
                     json={"task": task_body("true", name="gpus", pool=sized)})  # fmt: skip
     assert pool.status_code == 201, pool.text
-    for path in ("/v1/services", "/v1/services/web", "/v1/pools", "/v1/pools/gpus"):
+    load.run_pass()  # a point of the new service's endpoint (no replica behind it yet)
+    readable = ("/v1/services", "/v1/services/web", "/v1/services/web/load", "/v1/pools",
+                "/v1/pools/gpus")  # fmt: skip
+    for path in readable:
         assert app.get(path).status_code == 401, path  # before logging in
     _log_in(app)
     assert [s["name"] for s in app.get("/v1/services").json()["services"]] == ["web"]
@@ -171,7 +187,12 @@ def test_the_cookie_reads_services_and_pools_and_changes_neither(
     assert [d["to"] for d in web["decisions"]] == [1] and web["history"]
     assert [p["name"] for p in app.get("/v1/pools").json()["pools"]] == ["gpus"]
     assert app.get("/v1/pools/gpus").json()["max_nodes"] == 2
+    (point,) = app.get("/v1/services/web/load").json()["points"]
+    assert point["at"] == clock.now() and point["replicas"] == 0 and point["qps"] == 0
+    later = app.get("/v1/services/web/load", params={"since": clock.now() + 1}).json()
+    assert later == {"name": "web", "step_s": 10.0, "points": []}
     assert app.get("/v1/services/nothing").status_code == 404  # read, and found missing
+    assert app.get("/v1/services/nothing/load").status_code == 404
     answer = app.get("/ui/service", params={"name": "web"})
     assert answer.status_code == 200 and 'data-page="service"' in answer.text
     for method, path in (("POST", "/v1/services"), ("POST", "/v1/services/web/update"),

@@ -32,6 +32,7 @@ COOKIE_READABLE = frozenset({
     "/v1/telemetry/latest",
     "/v1/services",
     "/v1/services/{name}",
+    "/v1/services/{name}/load",
     "/v1/pools",
     "/v1/pools/{name}",
 })  # fmt: skip

@@ -1,15 +1,13 @@
 // The dashboard's serving parts: the overview's "Services" and "Pools" sections
 // (GL.servingSections) and a service's page (GL.pages.service: its replicas, scaling decisions,
-// events and load charts). Reads GET /v1/services[/{name}] and /v1/pools with the session cookie;
-// uses app.js's helpers (GL.ui). The server keeps no history of a service's load (its balancer
-// counts over a sliding window), so the load charts plot what this page read at each redraw,
-// kept in the tab's sessionStorage for an hour; the replica count's chart is the server's
-// decision history.
+// events and load charts). Reads GET /v1/services[/{name}[/load]] and /v1/pools with the session
+// cookie; uses app.js's helpers (GL.ui). The load charts plot the server's load history (a point
+// every telemetry interval for the last hour, since the server started); the desired replicas,
+// its scaling decisions.
 "use strict";
 window.GL = window.GL || {};
 (function (GL) {
   const {el, api, table, num, td, money, usd, when, status, fact, HOUR_S, params} = GL.ui;
-  const KEPT = 400;  // load samples kept per service (an hour at the 10 s redraw)
   const ms = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(1) + " ms");
   const rate = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(2) + " req/s");
   const perK = (v) => (v === null || v === undefined ? "–" : "$" + Number(v).toFixed(4));
@@ -52,19 +50,7 @@ window.GL = window.GL || {};
     ];
   };
 
-  // ---- the load the page has seen (sessionStorage: survives a reload, not the tab) ----------
-
-  function remember(name, view) {
-    const key = "gpulease-load:" + name;
-    let kept = [];
-    try { kept = JSON.parse(sessionStorage.getItem(key) || "[]"); } catch (e) { kept = []; }
-    const now = Date.now() / 1000;
-    kept.push([now, view.load.qps, view.load.latency_p50_ms, view.load.latency_p95_ms,
-               ready(view)]);
-    kept = kept.filter((s) => s[0] >= now - HOUR_S).slice(-KEPT);
-    try { sessionStorage.setItem(key, JSON.stringify(kept)); } catch (e) { /* storage full */ }
-    return kept;
-  }
+  // ---- the load charts -----------------------------------------------------------------------
 
   // the desired count as a step line over the last hour: its value an hour ago (the last older
   // decision's), each later decision's from → to, and now
@@ -78,22 +64,20 @@ window.GL = window.GL || {};
     return points;
   }
 
-  function loadCharts(view) {
-    const seen = remember(view.name, view);
-    const since = Date.now() / 1000 - HOUR_S;
-    const column = (i) => seen.map((s) => [s[0], s[i]]);
-    const note = "the page plots what it reads every 10 s (the server keeps no load history)";
+  function loadCharts(view, seen, since) {
+    const column = (key) => seen.points.map((p) => [p.at, p[key]]);
     const charts = el("div", {class: "charts"});
-    GL.lineChart(charts, {id: "qps", title: "Requests", unit: "req/s", since, empty: note,
-                          series: [{name: "QPS", points: column(1)}]});
-    GL.lineChart(charts, {id: "latency", title: "Latency", unit: "ms", since, empty: note,
-                          series: [{name: "p50", points: column(2)},
-                                   {name: "p95", points: column(3)}]});
+    GL.lineChart(charts, {id: "qps", title: "Requests", unit: "req/s", since,
+                          series: [{name: "QPS", points: column("qps")}]});
+    GL.lineChart(charts, {id: "latency", title: "Latency", unit: "ms", since,
+                          empty: "no requests yet",
+                          series: [{name: "p50", points: column("latency_p50_ms")},
+                                   {name: "p95", points: column("latency_p95_ms")}]});
     GL.lineChart(charts, {id: "replicas", title: "Replicas", since,
                           series: [{name: "desired (the decisions)",
                                     points: wanted(view.decisions || [], since,
                                                    Date.now() / 1000, view.desired_replicas)},
-                                   {name: "ready (seen by this page)", points: column(4)}]});
+                                   {name: "behind the endpoint", points: column("replicas")}]});
     return charts;
   }
 
@@ -115,7 +99,9 @@ window.GL = window.GL || {};
 
   GL.pages.service = async function () {
     const name = params.get("name") || "";
-    const v = await api("/v1/services/" + encodeURIComponent(name));
+    const path = "/v1/services/" + encodeURIComponent(name);
+    const since = Date.now() / 1000 - HOUR_S;
+    const [v, seen] = await Promise.all([api(path), api(path + "/load?since=" + since)]);
     const load = v.load, cost = v.cost;
     const decisions = (v.decisions || []).slice().reverse();
     const history = (v.history || []).slice().reverse();
@@ -133,8 +119,8 @@ window.GL = window.GL || {};
         fact("$/h", money(cost.per_hour_usd)), fact("spent", usd(cost.spent_usd)),
         fact("per 1k requests", perK(cost.per_1k_requests_usd)), fact("reason", v.reason || "–"),
         v.last_error ? fact("last error", v.last_error) : null),
-      el("h2", {}, "Load"),
-      loadCharts(v),
+      el("h2", {}, "Load over the last hour"),
+      loadCharts(v, seen, since),
       el("h2", {}, "Replicas"),
       table(["# ", "cluster", "state", "version ", "where", "instance type", "pricing", "$/h ",
              "in flight ", "QPS ", "p95 "], replicaRows(v), "replicas"),
