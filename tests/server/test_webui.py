@@ -77,9 +77,9 @@ def serving_app(
     """The app with the services and pools routes (a service's endpoint is a real balancer)."""
     service = ClusterService(engine, {"local": SellingFake(name="local")}, FakeAgents(),
                              clock=clock, owner="gl-test")  # fmt: skip
-    app = create_app(service, SecretStr(TOKEN), logins=logins,
-                     pools=PoolService(engine, service),
-                     services=ServiceOps(engine, service, endpoints, load=load))  # fmt: skip
+    services = ServiceOps(engine, service, endpoints, load_history=load)
+    app = create_app(service, SecretStr(TOKEN), logins=logins, pools=PoolService(engine, service),
+                     services=services)  # fmt: skip
     return TestClient(app)
 
 

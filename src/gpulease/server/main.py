@@ -209,7 +209,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
         sla=lambda month: sla_view(engine, cfg, clock, month),
         budgets=budgets,
         pools=pools,
-        services=ServiceOps(engine, service, endpoints, wake=loop.wake, load=load),
+        services=ServiceOps(engine, service, endpoints, wake=loop.wake, load_history=load),
     )
     return parts
 

@@ -66,13 +66,13 @@ class ServiceOps:
         endpoints: Endpoints,
         *,
         wake: Callable[[], None] = lambda: None,
-        load: LoadHistory | None = None,
+        load_history: LoadHistory | None = None,
     ) -> None:
         self.engine = engine
         self.clusters = clusters
         self.endpoints = endpoints
         self.wake = wake
-        self.load_history = load
+        self.load_history = load_history
         self.views = ServiceViews(engine, endpoints)
 
     # ---- serve up / update ------------------------------------------------------------------
