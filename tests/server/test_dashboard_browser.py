@@ -1,11 +1,13 @@
 """The web dashboard in a real headless Chromium (Debian's, driven by Selenium through Debian's
 chromedriver) against the real server process: a local cluster and a managed job on fake GPUs
-(the agent's fake sampler, relayed by the server), ``gpulease dashboard`` run as a user types it
+(the agent's fake sampler, relayed by the server), a service (a stdlib HTTP replica behind the
+server's load balancer) and a pool of one node, ``gpulease dashboard`` run as a user types it
 (``$BROWSER`` standing in for the desktop's browser, so the open path runs too). Each page loads
-without console errors; the cluster page's charts plot the GPUs' relayed samples at the load the
-config scripted; the job page shows its attempts and charts; a used link says so. A screenshot of
-each page is kept in the folder the test prints (``test-artifacts/dashboard/``, gitignored;
-``GPULEASE_TEST_ARTIFACTS`` moves it)."""
+without console errors; the overview lists the service and the pool; the cluster page's charts
+plot the GPUs' relayed samples at the load the config scripted; the job page shows its attempts
+and charts; the service page its replica, its scaling decision, its events and the load it read;
+a used link says so. A screenshot of each page is kept in the folder the test prints
+(``test-artifacts/dashboard/``, gitignored; ``GPULEASE_TEST_ARTIFACTS`` moves it)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.components import require
 from tests.server.conftest import ROOT, ServerProcess
+from tests.server.test_serve_e2e import REPLICA
 from tests.waiting import wait_until
 
 CONFIG = """\
@@ -48,6 +52,12 @@ while True:
         train_stats().checkpoint(step)
 EOF
 """
+#: a service of one replica (no autoscaler: its one decision is serve up's) and a pool of one
+#: node, both on the local provider and without GPUs (the cluster and the job take all four)
+SERVICE = {"port": 8080, "readiness_probe": {"path": "/health", "initial_delay": "60s"},
+           "replicas": {"min": 1, "max": 1}}  # fmt: skip
+POOL = {"name": "spare", "resources": {"providers": ["local"]}, "run": "true",
+        "pool": {"min_nodes": 1, "max_nodes": 2}}  # fmt: skip
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -117,6 +127,19 @@ def _charts(driver: Any) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in driver.execute_script(script)}
 
 
+def _requests(endpoint: str) -> None:
+    for path in ("/a", "/b", "/c"):
+        assert httpx.get(endpoint + path, timeout=10).status_code == 200
+
+
+def _cells(driver: Any, row: str) -> list[str]:
+    """The texts of the cells of the table row ``row`` (a CSS selector)."""
+    cells: list[str] = driver.execute_script(
+        "return [...document.querySelector(arguments[0]).cells].map((c) => c.textContent)", row
+    )
+    return cells
+
+
 def _dashboard_cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "GPULEASE_HOME": str(home), **env}
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "SSH_CONNECTION", "SSH_TTY", "BROWSER"):
@@ -147,7 +170,26 @@ def test_the_dashboard_in_chromium(
     two_gpus = {"providers": ["local"], "accelerators": "T4:2"}
     api.launch({"name": "watched", "resources": two_gpus, "run": "sleep 600"})
     job = api.job_launch({"name": "trainer", "resources": two_gpus, "run": TRAINER})
+    app = tmp_path / "app"  # the replica's workdir (not tmp_path: Chromium's profile is there)
+    app.mkdir()
+    (app / "replica.py").write_text(REPLICA)
+    endpoint = api.serve_up(
+        {
+            "name": "web",
+            "resources": {"providers": ["local"]},
+            "envs": {"VERSION": "1"},
+            "workdir": str(app),
+            "run": "exec python replica.py",
+            "service": SERVICE,
+        }
+    )["endpoint"]
+    api.pool_up(POOL)
     gpu_server.wait_status("watched", {"running"}, timeout=60)
+    wait_until(lambda: api.serve_status("web")["status"] == "ready" or None, 60,
+               "the service's replica to be ready")  # fmt: skip
+    wait_until(lambda: [n["state"] for n in api.pool_status("spare")["nodes"]] == ["idle"] or None,
+               60, "the pool's node to be idle")  # fmt: skip
+    _requests(endpoint)  # the balancer's figures are over the last minute
     token = (home / "server.token").read_text().strip()
 
     # gpulease dashboard: prints the link and hands it to the browser; the token never shows
@@ -167,6 +209,11 @@ def test_the_dashboard_in_chromium(
     )
     assert "watched" in rows
     assert browser.find_elements("css selector", f'#jobs tr[data-job="{job["id"]}"]')
+    cells = _cells(browser, '#services tr[data-service="web"]')
+    assert cells[:4] == ["web", "ready", endpoint, "1 / 1"], cells
+    assert cells[4].endswith("req/s") and cells[5].endswith(" ms"), cells  # QPS, p50
+    cells = _cells(browser, '#pools tr[data-pool="spare"]')
+    assert cells[:4] == ["spare", "ready", "1", "0"] and cells[6] == "1–2", cells  # 1 idle
     browser.save_screenshot(str(out_dir / "overview.png"))
     assert _errors(browser) == []
 
@@ -216,6 +263,33 @@ def test_the_dashboard_in_chromium(
     browser.save_screenshot(str(out_dir / "job.png"))
     assert _errors(browser) == []
 
+    # the service page: its replica, the decision serve up made, its events, the load it read
+    _requests(endpoint)
+
+    def served() -> list[dict[str, Any]] | None:  # the server's load history saw the requests
+        answer = httpx.get(f"{api.url}/v1/services/web/load", timeout=10,
+                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        points: list[dict[str, Any]] = answer.json()["points"]
+        return points if any(p["latency_p50_ms"] is not None for p in points) else None
+
+    points = wait_until(served, 10, "a load point with the requests (a point a second)")
+    browser.get(link.split("/ui/")[0] + "/ui/service?name=web")
+    _loaded(browser)
+    (replica,) = browser.find_elements("css selector", "#replicas tbody tr[data-replica]")
+    assert replica.get_attribute("data-replica") == "1"
+    assert "web-1-1" in replica.text and "ready" in replica.text and "on-demand" in replica.text
+    (decision,) = browser.find_elements("css selector", "#decisions tbody tr")
+    assert "0 → 1" in decision.text and "serve up: replicas.min" in decision.text
+    assert "ready" in browser.find_element("css selector", "#events").text
+    charts = _charts(browser)
+    assert set(charts) >= {"qps", "latency", "replicas"}
+    assert charts["qps"]["points"] >= len(points) and charts["latency"]["points"] >= 1, charts
+    lines = {line["name"]: line for line in charts["replicas"]["lines"]}
+    assert lines["desired (the decisions)"]["last"] == 1, charts
+    assert lines["behind the endpoint"]["last"] == 1, charts
+    browser.save_screenshot(str(out_dir / "service.png"))
+    assert _errors(browser) == []
+
     # a used link says so (401); --no-open only prints a new one
     browser.get(link)
     assert "already used" in browser.find_element("css selector", "main").text
@@ -228,5 +302,5 @@ def test_the_dashboard_in_chromium(
     secret = link.partition("?t=")[2]
     logged = (home / "server.log").read_text()
     assert secret not in logged and token not in logged  # neither secret reaches the log
-    for name in ("overview", "cluster", "job"):
+    for name in ("overview", "cluster", "job", "service"):
         assert (out_dir / f"{name}.png").stat().st_size > 10_000

@@ -1,13 +1,15 @@
 """The dashboard's login model and routes, in process (FastAPI's test client) over a real SQLite
 DB and the real :class:`~gpulease.server.webui.Logins` on a virtual clock: links work once and
 expire, they are kept hashed, the session cookie is HttpOnly + SameSite=Strict and opens only the
-read routes (GET), pages need a session, every answer forbids loading anything from elsewhere,
-and the static files are shipped and reference nothing outside the server."""
+read routes (GET; a real service and pool's too, with their real load balancer), pages need a
+session, every answer forbids loading anything from elsewhere, and the static files are shipped
+and reference nothing outside the server."""
 
 from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
 from importlib import resources
 from urllib.parse import urlsplit
 
@@ -18,7 +20,11 @@ from sqlalchemy import Engine
 from gpulease.cli.dashboard_cmd import why_not_open
 from gpulease.clock import VirtualClock
 from gpulease.server.api import create_app
+from gpulease.server.endpoints import Endpoints
+from gpulease.server.pools import PoolService
 from gpulease.server.service import ClusterService
+from gpulease.server.service_load import LoadHistory
+from gpulease.server.services import ServiceOps
 from gpulease.server.webui import COOKIE, LoginRefused, Logins
 from gpulease.server.webui.login import LINK_TTL_S, SESSION_TTL_S
 from tests.controller.doubles import FakeAgents
@@ -50,6 +56,31 @@ def app(engine: Engine, logins: Logins, clock: VirtualClock) -> TestClient:
 
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def endpoints() -> Iterator[Endpoints]:
+    made = Endpoints()
+    yield made
+    made.close_all()
+
+
+@pytest.fixture
+def load(endpoints: Endpoints, clock: VirtualClock) -> LoadHistory:
+    return LoadHistory(endpoints, clock)
+
+
+@pytest.fixture
+def serving_app(
+    engine: Engine, logins: Logins, clock: VirtualClock, endpoints: Endpoints, load: LoadHistory
+) -> TestClient:
+    """The app with the services and pools routes (a service's endpoint is a real balancer)."""
+    service = ClusterService(engine, {"local": SellingFake(name="local")}, FakeAgents(),
+                             clock=clock, owner="gl-test")  # fmt: skip
+    services = ServiceOps(engine, service, endpoints, load_history=load)
+    app = create_app(service, SecretStr(TOKEN), logins=logins, pools=PoolService(engine, service),
+                     services=services)  # fmt: skip
+    return TestClient(app)
 
 
 def _link(app: TestClient) -> str:
@@ -132,6 +163,46 @@ def test_the_cookie_opens_the_read_routes_and_nothing_else(app: TestClient) -> N
     assert app.get("/v1/clusters", headers={"Authorization": "Bearer no"}).status_code == 401
 
 
+def test_the_cookie_reads_services_and_pools_and_changes_neither(
+    serving_app: TestClient, load: LoadHistory, clock: VirtualClock
+) -> None:
+    app = serving_app
+    served = {"port": 8080, "readiness_probe": "/health", "replicas": {"min": 1, "max": 1}}
+    up = app.post("/v1/services", headers=BEARER,
+                  json={"task": task_body("true", name="web", service=served)})  # fmt: skip
+    assert up.status_code == 201, up.text
+    sized = {"min_nodes": 0, "max_nodes": 2}
+    pool = app.post("/v1/pools", headers=BEARER,
+                    json={"task": task_body("true", name="gpus", pool=sized)})  # fmt: skip
+    assert pool.status_code == 201, pool.text
+    load.run_pass()  # a point of the new service's endpoint (no replica behind it yet)
+    readable = ("/v1/services", "/v1/services/web", "/v1/services/web/load", "/v1/pools",
+                "/v1/pools/gpus")  # fmt: skip
+    for path in readable:
+        assert app.get(path).status_code == 401, path  # before logging in
+    _log_in(app)
+    assert [s["name"] for s in app.get("/v1/services").json()["services"]] == ["web"]
+    web = app.get("/v1/services/web").json()
+    assert web["status"] == "pending" and web["endpoint"].startswith("http://127.0.0.1:")
+    assert [d["to"] for d in web["decisions"]] == [1] and web["history"]
+    assert [p["name"] for p in app.get("/v1/pools").json()["pools"]] == ["gpus"]
+    assert app.get("/v1/pools/gpus").json()["max_nodes"] == 2
+    (point,) = app.get("/v1/services/web/load").json()["points"]
+    assert point["at"] == clock.now() and point["replicas"] == 0 and point["qps"] == 0
+    later = app.get("/v1/services/web/load", params={"since": clock.now() + 1}).json()
+    assert later == {"name": "web", "step_s": 10.0, "points": []}
+    assert app.get("/v1/services/nothing").status_code == 404  # read, and found missing
+    assert app.get("/v1/services/nothing/load").status_code == 404
+    answer = app.get("/ui/service", params={"name": "web"})
+    assert answer.status_code == 200 and 'data-page="service"' in answer.text
+    for method, path in (("POST", "/v1/services"), ("POST", "/v1/services/web/update"),
+                         ("DELETE", "/v1/services/web"), ("GET", "/v1/services/web/logs"),
+                         ("POST", "/v1/pools"), ("POST", "/v1/pools/gpus/down")):  # fmt: skip
+        assert app.request(method, path, json={"task": {}}).status_code == 401, (method, path)
+    assert app.get("/v1/services/web").json()["status"] == "pending"  # not taken down
+    assert app.get("/v1/pools/gpus").json()["status"] == "pending"
+
+
 def test_pages_need_a_session_and_forbid_loading_anything_from_elsewhere(
     app: TestClient,
 ) -> None:
@@ -139,7 +210,7 @@ def test_pages_need_a_session_and_forbid_loading_anything_from_elsewhere(
     assert refused.status_code == 401 and "gpulease dashboard" in refused.text
     _log_in(app)
     for path, page in (("/ui/", "overview"), ("/ui/cluster?name=x", "cluster"),
-                       ("/ui/job?id=1", "job")):  # fmt: skip
+                       ("/ui/job?id=1", "job"), ("/ui/service?name=x", "service")):  # fmt: skip
         answer = app.get(path)
         assert answer.status_code == 200 and f'data-page="{page}"' in answer.text
         csp = answer.headers["content-security-policy"]
@@ -153,7 +224,7 @@ def test_pages_need_a_session_and_forbid_loading_anything_from_elsewhere(
 def test_the_static_files_are_shipped_served_and_self_contained(app: TestClient) -> None:
     root = resources.files("gpulease.server.webui") / "static"
     names = {entry.name for entry in root.iterdir()}
-    assert {"shell.html.in", "app.js", "chart.js", "style.css"} <= names
+    assert {"shell.html.in", "app.js", "serving.js", "chart.js", "style.css"} <= names
     shell = (root / "shell.html.in").read_text(encoding="utf-8")
     for entry in root.iterdir():
         text = entry.read_text(encoding="utf-8")

@@ -56,6 +56,11 @@ class Endpoints:
             log.info("service %d: endpoint on http://%s:%d", service_id, self.host, bound)
             return bound
 
+    def open_ids(self) -> list[int]:
+        """The services whose endpoint is open now."""
+        with self._lock:
+            return sorted(self._balancers)
+
     def url(self, port: int | None) -> str | None:
         return f"http://{self.host}:{port}" if port else None
 

@@ -2,7 +2,8 @@
 
 Start-up: take ``<home>/server.lock`` (one server per home; a second exits with code 3), open and
 migrate the state DB, build the providers, the agent connector, the reconcile loop and the
-telemetry relay (its own thread, :mod:`gpulease.server.telemetry.relay`), bind the port
+telemetry relay (its own thread, :mod:`gpulease.server.telemetry.relay`) and the services' load
+history (its own thread, :mod:`gpulease.server.service_load`), bind the port
 (``--port 0``: any free one), write ``<home>/server.json`` (``pid``, ``host``, ``port``, ``url``)
 for the client, serve the API with uvicorn until SIGTERM / SIGINT / ``POST /v1/server/shutdown``,
 then stop the loops and remove ``server.json``. Clusters keep running while
@@ -61,6 +62,7 @@ from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
+from gpulease.server.service_load import LoadHistory, LoadHistoryThread
 from gpulease.server.services import ServiceOps
 from gpulease.server.sla import sla_view
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
@@ -140,6 +142,7 @@ class _Parts:
     server: uvicorn.Server | None = None
     storage: StorageAccrual | None = None
     endpoints: Endpoints | None = None  # the services' load balancers
+    load: LoadHistoryThread | None = None  # their recent load, for the dashboard
     services: ServiceReconciler | None = None
 
 
@@ -185,6 +188,8 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
     reader = TelemetryReader(engine, telemetry, latest, clock=clock)
     parts.relay = RelayThread(Relay(engine, HttpMetrics(agents), telemetry, clock=clock,
                                     latest=latest, metrics=relayed))  # fmt: skip
+    load = LoadHistory(endpoints, clock, step_s=telemetry.interval_s)
+    parts.load = LoadHistoryThread(load)
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -204,7 +209,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
         sla=lambda month: sla_view(engine, cfg, clock, month),
         budgets=budgets,
         pools=pools,
-        services=ServiceOps(engine, service, endpoints, wake=loop.wake),
+        services=ServiceOps(engine, service, endpoints, wake=loop.wake, load_history=load),
     )
     return parts
 
@@ -240,6 +245,8 @@ def serve(host: str, port: int) -> int:
     parts.loop.start()
     if parts.relay is not None:
         parts.relay.start()
+    if parts.load is not None:
+        parts.load.start()
     url = f"http://{host}:{bound}"
     _write_info(home, {"pid": os.getpid(), "host": host, "port": bound, "url": url,
                        "started_at": time.time()})  # fmt: skip
@@ -249,6 +256,8 @@ def serve(host: str, port: int) -> int:
     finally:
         if parts.relay is not None:
             parts.relay.stop()
+        if parts.load is not None:
+            parts.load.stop()
         parts.loop.stop()
         if parts.endpoints is not None:
             parts.endpoints.close_all()

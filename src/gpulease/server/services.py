@@ -1,7 +1,8 @@
 """The server's operations on services — what ``/v1/services`` calls: ``serve up`` (parse the task
 with its ``service:`` section, plan one replica like a task — spot and on-demand targets — write
 the PENDING ``services`` row and open its endpoint on a free port of this host, kept), list,
-show (:mod:`gpulease.server.service_views`), ``serve update`` (a new document, version + 1: the
+show (:mod:`gpulease.server.service_views`), its recent load
+(:mod:`gpulease.server.service_load`), ``serve update`` (a new document, version + 1: the
 loop rolls the replicas), ``serve down`` and the logs of one replica.
 
 States it moves (as the user's actor): a new service is PENDING; ``down``: any live status →
@@ -30,6 +31,7 @@ from gpulease.serve.autoscale import AutoscalePolicy
 from gpulease.server.endpoints import Endpoints
 from gpulease.server.planning import NoLaunchablePlan, launch_targets
 from gpulease.server.service import ClusterService, Conflict, NotFound, check_name
+from gpulease.server.service_load import LoadHistory
 from gpulease.server.service_views import ServiceViews
 from gpulease.server.tasks import TakenTask, take_task
 from gpulease.spec import Task
@@ -64,11 +66,13 @@ class ServiceOps:
         endpoints: Endpoints,
         *,
         wake: Callable[[], None] = lambda: None,
+        load_history: LoadHistory | None = None,
     ) -> None:
         self.engine = engine
         self.clusters = clusters
         self.endpoints = endpoints
         self.wake = wake
+        self.load_history = load_history
         self.views = ServiceViews(engine, endpoints)
 
     # ---- serve up / update ------------------------------------------------------------------
@@ -183,6 +187,15 @@ class ServiceOps:
         with session_scope(self.engine) as session:
             return self.views.view(session, self._find(session, name), with_history=True)
 
+    def load(self, name: str, since: float | None = None) -> dict[str, Any]:
+        """The service's recent load points (:mod:`gpulease.server.service_load`)."""
+        with session_scope(self.engine) as session:
+            service_id = self._find(session, name).id
+        history = self.load_history
+        points = history.points(service_id, since) if history is not None else []
+        step = history.step_s if history is not None else None
+        return {"name": name, "step_s": step, "points": points}
+
     def _find(self, session: Session, name: str) -> Service:
         row = session.scalar(select(Service).where(Service.name == name))
         if row is None:
@@ -252,6 +265,10 @@ def service_routes(router: APIRouter, ops: ServiceOps) -> None:
     @router.get("/services/{name}")
     def serve_status(name: str) -> dict[str, Any]:
         return ops.get(name)
+
+    @router.get("/services/{name}/load")
+    def serve_load(name: str, since: float | None = None) -> dict[str, Any]:
+        return ops.load(name, since)
 
     @router.post("/services/{name}/update")
     def serve_update(name: str, body: ServiceBody) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """The dashboard's HTTP side: the login-link API route, ``/ui/login``, the pages and their static
 files (shipped in ``static/`` as package data, read once at start-up).
 
-Pages (``/ui/``, ``/ui/cluster?name=N``, ``/ui/job?id=N``) are one HTML shell; their script reads
-the JSON API with the session cookie, which authorises only the GET routes in
-:data:`COOKIE_READABLE` (see :func:`cookie_may_read`). Every answer carries a Content-Security-
-Policy allowing this server only: nothing is ever loaded from elsewhere. Moves no states.
+Pages (``/ui/``, ``/ui/cluster?name=N``, ``/ui/job?id=N``, ``/ui/service?name=N``) are one HTML
+shell; their script reads the JSON API with the session cookie, which authorises only the GET
+routes in :data:`COOKIE_READABLE` (see :func:`cookie_may_read`). Every answer carries a
+Content-Security-Policy allowing this server only: nothing is ever loaded from elsewhere. Moves
+no states.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ COOKIE_READABLE = frozenset({
     "/v1/jobs/{job_id}",
     "/v1/jobs/{job_id}/telemetry",
     "/v1/telemetry/latest",
+    "/v1/services",
+    "/v1/services/{name}",
+    "/v1/services/{name}/load",
+    "/v1/pools",
+    "/v1/pools/{name}",
 })  # fmt: skip
-PAGES = {"": "Overview", "cluster": "Cluster", "job": "Managed job"}
+PAGES = {"": "Overview", "cluster": "Cluster", "job": "Managed job", "service": "Service"}
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
           ".txt": "text/plain"}  # fmt: skip
 SECURITY_HEADERS = {

@@ -1,8 +1,12 @@
-// The dashboard's pages: the overview, a cluster, a managed job. Each reads the server's JSON
-// API with the session cookie (GET only) and redraws every REFRESH_MS. DOM built with
-// createElement/textContent only (no innerHTML: names and reasons come from users).
+// The dashboard's pages: the overview, a cluster, a managed job (a service's page and the
+// overview's services and pools are in serving.js, which uses the helpers this file puts in
+// GL.ui). Each reads the server's JSON API with the session cookie (GET only) and redraws every
+// REFRESH_MS. DOM built with createElement/textContent only (no innerHTML: names and reasons
+// come from users).
 "use strict";
-(function () {
+window.GL = window.GL || {};
+(function (GL) {
+  GL.pages = GL.pages || {};
   const REFRESH_MS = 10000;
   const HOUR_S = 3600;  // the telemetry routes' default window (asked without ?since=: the last
                         // hour at 10 s; a since a hair older than the 10 s retention gets 60 s)
@@ -30,7 +34,9 @@
     if (!answer.ok) {
       let message = "HTTP " + answer.status;
       try { message = (await answer.json()).error.message; } catch (e) { /* not JSON */ }
-      throw new Error(path + ": " + message);
+      const error = new Error(path + ": " + message);
+      error.status = answer.status;
+      throw error;
     }
     return answer.json();
   }
@@ -54,6 +60,7 @@
 
   const num = (...c) => el("td", {class: "num"}, ...c);
   const td = (...c) => el("td", {}, ...c);
+  GL.ui = {el, api, table, num, td, money, usd, when, status, fact, HOUR_S, params};
 
   // ---- telemetry -> chart series ----------------------------------------------------------
 
@@ -86,7 +93,8 @@
   // ---- pages ------------------------------------------------------------------------------
 
   async function overview() {
-    const [clusters, jobs] = await Promise.all([api("/v1/clusters"), api("/v1/jobs")]);
+    const [clusters, jobs, serving] = await Promise.all([api("/v1/clusters"), api("/v1/jobs"),
+                                                         GL.servingSections()]);
     let latest = {clusters: []};
     try { latest = await api("/v1/telemetry/latest"); } catch (e) { /* no relay yet */ }
     const util = new Map(latest.clusters.map((c) => [c.cluster, c.gpu_utilization_pct]));
@@ -108,6 +116,7 @@
           td(status(j.status)), num(j.attempt), td(j.cluster || "–"), td(j.where || "–"),
           num(j.recoveries), num(usd(j.cost && j.cost.spent_usd)),
           num(money(j.cluster ? price.get(j.cluster) : null)))), "jobs"),
+      ...serving,
     ];
   }
 
@@ -232,7 +241,7 @@
   const PAGES = {overview, cluster: clusterPage, job: jobPage};
 
   async function draw() {
-    const render = PAGES[page];
+    const render = PAGES[page] || GL.pages[page];
     if (!render) return;
     try {
       const parts = await render();
@@ -246,8 +255,11 @@
     }
   }
 
-  if (PAGES[page]) {
-    draw();
-    setInterval(draw, REFRESH_MS);
-  }
-})();
+  // serving.js (loaded after this file) adds its pages to GL.pages before the DOM is ready
+  document.addEventListener("DOMContentLoaded", () => {
+    if (PAGES[page] || GL.pages[page]) {
+      draw();
+      setInterval(draw, REFRESH_MS);
+    }
+  });
+})(window.GL);
