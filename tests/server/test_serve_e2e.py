@@ -154,6 +154,15 @@ def test_serve_up_requests_update_and_down_on_the_local_provider(
     assert traffic.failed == [] and traffic.ok > 0
     assert traffic.versions == {"1", "2"}
 
+    def serving_points() -> list[dict[str, Any]] | None:
+        points = server.api.serve_load("hello")["points"]  # the SDK's read of the load history
+        return [p for p in points if p["replicas"] >= 1] or None
+
+    last = wait_until(serving_points, 30, "a load point with a replica behind the endpoint")[-1]
+    assert last["qps"] >= 0.0 and last["in_flight"] >= 0
+    later = server.api.serve_load("hello", since=last["at"])["points"]
+    assert later and later[0] == last and all(p["at"] >= last["at"] for p in later)
+
     _metrics_say_one_ready(server)
     _scale_up_then_down(server, endpoint)
 

@@ -54,6 +54,14 @@ class ServingMixin:
         """The service: endpoint, replicas, load, cost and scaling decisions."""
         return self._http.json("GET", f"/v1/services/{name}")
 
+    def serve_load(self, name: str, since: float | None = None) -> dict[str, Any]:
+        """The service's recent load, one point per telemetry interval over the last hour
+        (``{"name", "step_s", "points"}``; ``since``: server time of the first point wanted)."""
+        params = {} if since is None else {"since": since}
+        response = self._http.request("GET", f"/v1/services/{name}/load", params=params)
+        found: dict[str, Any] = response.json()
+        return found
+
     def serve_update(
         self,
         name: str,
