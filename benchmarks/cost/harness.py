@@ -50,6 +50,9 @@ def each_database(
     ``results/<prefix><db>.json`` and out as a JSON line; then the table of them all."""
     parser.add_argument("--db", default="sqlite,postgresql")
     args = parser.parse_args()
+    unknown = [kind for kind in args.db.split(",") if kind not in ("sqlite", "postgresql")]
+    if unknown:  # before any run: argparse's usage line and exit 2
+        parser.error(f"--db: {', '.join(map(repr, unknown))} is not sqlite or postgresql")
     RESULTS.mkdir(exist_ok=True)
     results = []
     for kind in args.db.split(","):
