@@ -20,7 +20,7 @@ from gpulease.controller.job_events import EventRelay
 from gpulease.controller.service_document import ServiceDocument, ServiceSettings
 from gpulease.controller.service_loop import ServiceReconciler
 from gpulease.controller.service_observe import HttpProbe
-from gpulease.controller.service_rules import SPOT_HOLD_S
+from gpulease.controller.service_rules import SPOT_HOLD_S, spot_hold
 from gpulease.providers.base import EventKind, ProviderEvent
 from gpulease.server.endpoints import Endpoints
 from gpulease.state import (
@@ -124,12 +124,9 @@ class World:
 def _service(engine: Engine, clock: VirtualClock) -> int:
     settings = ServiceSettings(min_replicas=2, max_replicas=2, on_demand_base=1, spot_share=1.0,
                                probe_initial_delay_s=0.0)  # fmt: skip
-    doc = ServiceDocument(
-        run=RunSpec(run="python app.py"),
-        settings=settings,
-        spot=(SPOT,),
-        on_demand=(target(),),
-    )
+    policy = {"min_replicas": 2, "max_replicas": 2, "on_demand_base": 1, "spot_share": 1.0}
+    doc = ServiceDocument(run=RunSpec(run="python app.py"), settings=settings, policy=policy,
+                          spot=(SPOT,), on_demand=(target(),))  # fmt: skip
     now = clock.now()
     with session_scope(engine) as session:
         row = Service(name="web", owner=OWNER, status=ServiceStatus.PENDING,
@@ -178,6 +175,13 @@ def test_a_notice_drains_the_spot_replica_and_replaces_it_on_demand_then_lets_it
         moves = [(c.to_status, c.actor, c.reason) for c in history(session, row)]
     assert ("terminating", "services", "replaced: a preemption notice: drained") in moves
     assert len(provider.launch_calls) == 3  # no spot relaunch into the outage
+    clock.advance(noticed + SPOT_HOLD_S - 30 - clock.now())
+    world.step(2)  # late in the hold: the passes keep it, they do not extend it
+    assert world.memory()["spot_unavailable_until"] == noticed + SPOT_HOLD_S
+    clock.advance(30)  # the hold is over: spot is usable again
+    snap = world.services.snapshot(world.id)
+    assert snap is not None and snap.spot_available
+    assert spot_hold(snap.now, snap.replicas, snap.spot_held_until) is None
 
 
 def test_the_hold_starts_from_the_history_once_the_node_has_moved_on(

@@ -61,7 +61,6 @@ from gpulease.controller.service_rules import (
     SetService,
     Terminate,
     decide_service,
-    spot_hold,
 )
 from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
 from gpulease.providers.base import Provider
@@ -179,9 +178,10 @@ class ServiceReconciler:
         held = held_until(memory)
         scale = None
         if status not in (ServiceStatus.SHUTTING_DOWN, ServiceStatus.DOWN):
-            usable = spot_ok and spot_hold(now, replicas, held) is None
+            # the provider's word: the autoscaler reads the hold from its memory (passing False
+            # for the hold would make it extend the hold each pass)
             scale = scaler.decide(now, doc, desired=desired, replicas=replicas, memory=memory,
-                                  spot_available=usable)  # fmt: skip
+                                  spot_available=spot_ok)  # fmt: skip
             held = held_until(scale.memory) if scale and scale.memory else held
         seen = self.failures.get(service_id, (version, 0))
         return ServiceSnap(
