@@ -38,6 +38,7 @@ class FakeProvider(Provider, SupportsStopStart):
         self.unavailable = 0  # the next N calls raise ProviderUnavailable
         self.boot_running = True  # launched instances are RUNNING at once
         self._closing: dict[str, InstanceState] = {}  # confirmed on the next list
+        self.events: list[ProviderEvent] = []  # handed out by the next poll_events
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
         self.launch_calls.append(request.request_id)
@@ -94,7 +95,8 @@ class FakeProvider(Provider, SupportsStopStart):
         return [i for i in found if i.state is not S.TERMINATED]
 
     def poll_events(self) -> list[ProviderEvent]:
-        return []
+        events, self.events = self.events, []
+        return events
 
     def vanish(self, iid: str) -> None:
         self._set(iid, S.TERMINATED)

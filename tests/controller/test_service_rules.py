@@ -1,5 +1,7 @@
-"""The services loop's pure decision in virtual time: a failed or preempted replica is replaced
-(on-demand while spot is unavailable), a replica failing readiness is drained then replaced, a
+"""The services loop's pure decision in virtual time: a failed or lost replica is replaced
+(on-demand while spot is unavailable), a spot replica's preemption notice drains it, replaces it
+at once on-demand and holds spot for ``SPOT_HOLD_S`` (also when the cluster loop got there first),
+a replica failing readiness is drained then replaced, a
 rolling update never has fewer ready replicas than before, scale-down and ``serve down`` drain
 before they terminate, and nothing is left at DOWN. The world below is the test's own model of
 the cluster loop and the load balancer: clusters boot in ``boot`` ticks, drains take
@@ -14,7 +16,9 @@ from gpulease.controller.service_rules import (
     DRAIN_TIMEOUT_S,
     FAIL_AFTER,
     PROBE_FAILURES,
+    SPOT_HOLD_S,
     CloseEndpoint,
+    HoldSpot,
     Launch,
     RecordScale,
     ReplicaSnap,
@@ -52,6 +56,7 @@ class World:
     ready_seen: list[int] = field(default_factory=list)
     terminated_before_drained: list[int] = field(default_factory=list)
     spot_available: bool = True
+    spot_held_until: float | None = None  # the service's memory
     failures: int = 0
     next_id: int = 1
 
@@ -60,7 +65,7 @@ class World:
             now=self.now, id=1, name="web", status=self.status, version=self.version,
             desired=self.desired, settings=self.settings, replicas=tuple(self.replicas.values()),
             backends=self.backends, scale=scale, spot_available=self.spot_available,
-            failures_in_a_row=self.failures,
+            spot_held_until=self.spot_held_until, failures_in_a_row=self.failures,
         )  # fmt: skip
 
     def tick(self, scale: ScaleInput | None = None) -> list[ServiceAction]:
@@ -96,6 +101,8 @@ class World:
             self.status = a.status
         elif isinstance(a, RecordScale):
             self.desired = a.desired
+        elif isinstance(a, HoldSpot):
+            self.spot_held_until = max(a.until, self.spot_held_until or a.until)
         elif isinstance(a, Launch):
             rid, self.next_id = self.next_id, self.next_id + 1
             self.replicas[rid] = ReplicaSnap(
@@ -154,7 +161,7 @@ def test_a_failed_replica_is_terminated_and_replaced() -> None:
     assert len(world.serving()) == 2 and 1 not in {r.id for r in world.live()}
 
 
-def test_a_preempted_spot_replica_is_replaced_on_demand_while_spot_is_unavailable() -> None:
+def test_a_lost_spot_replica_is_replaced_on_demand_while_the_provider_has_no_spot() -> None:
     world = World(settings=ServiceSettings(min_replicas=3, max_replicas=3, on_demand_base=1,
                                            spot_share=1.0), desired=3)  # fmt: skip
     world.run(6)
@@ -163,10 +170,66 @@ def test_a_preempted_spot_replica_is_replaced_on_demand_while_spot_is_unavailabl
     world.replicas[spot.id] = replace(spot, node_lost=True)
     world.spot_available = False
     actions = world.tick()
+    assert Terminate(spot.id, "replaced: its node was lost", failed=True) in actions
     assert Launch(False, "2 of 3 replicas (version 1)") in actions
     assert not any(isinstance(a, Launch) and a.spot for a in actions)
     world.run(5)
     assert sorted(r.spot for r in world.serving()) == [False, False, True]
+
+
+def _spot_pair() -> tuple[World, ReplicaSnap]:
+    world = World(settings=ServiceSettings(min_replicas=2, max_replicas=4, on_demand_base=1,
+                                           spot_share=1.0))  # fmt: skip
+    world.run(6)
+    assert sorted(r.spot for r in world.serving()) == [False, True]
+    return world, next(r for r in world.serving() if r.spot)
+
+
+def test_a_preemption_notice_drains_the_spot_replica_and_replaces_it_on_demand_at_once() -> None:
+    world, spot = _spot_pair()
+    noticed = world.now
+    world.replicas[spot.id] = replace(spot, preempted_at=noticed)  # its node PREEMPTED, still up
+    actions = world.tick()
+    assert Retire(spot.id, "replaced: a preemption notice") in actions  # out of rotation now
+    assert Launch(False, "1 of 2 replicas (version 1)") in actions  # the hold: on-demand
+    assert HoldSpot(noticed + SPOT_HOLD_S, f"spot replica {spot.index} preempted: replacements "
+                    f"on-demand until {noticed + SPOT_HOLD_S:.0f}") in actions  # fmt: skip
+    assert not any(isinstance(a, Terminate) for a in actions)
+    world.run(2)  # drained (nothing in flight any more): it serves nothing, so it goes
+    assert Terminate(spot.id, "replaced: a preemption notice: drained") in world.log
+    world.run(4)
+    assert sorted(r.spot for r in world.serving()) == [False, False]
+    assert world.terminated_before_drained == [] and world.failures == 0  # not a failure
+    assert min(world.ready_seen[6:]) >= 1  # the on-demand one carried the load meanwhile
+    assert sum(isinstance(a, HoldSpot) for a in world.log) == 1  # kept, not written each pass
+
+
+def test_a_draining_replica_whose_cluster_ends_is_terminated_at_once() -> None:
+    world = World(settings=ServiceSettings(min_replicas=1, max_replicas=4), drain_ticks=10_000)
+    world.run(6, ScaleInput(2, "steady"))
+    world.tick(ScaleInput(1, "quiet"))
+    (retiring,) = [r for r in world.live() if r.retiring is not None]
+    world.replicas[retiring.id] = replace(retiring, status=_C.FAILED)
+    actions = world.tick(ScaleInput(1, "quiet"))
+    assert Terminate(retiring.id, f"{retiring.retiring}: its cluster is failed") in actions
+
+
+def test_the_spot_hold_applies_when_the_cluster_loop_got_there_first_and_then_ends() -> None:
+    world, spot = _spot_pair()
+    taken = world.now
+    # no notice seen in time: the cluster failed (its node PREEMPTED in the history)
+    world.replicas[spot.id] = replace(spot, status=_C.FAILED, preempted_at=taken)
+    actions = world.tick()
+    assert Terminate(spot.id, "replaced: its node was preempted") in actions
+    assert [a.spot for a in actions if isinstance(a, Launch)] == [False]
+    assert world.spot_held_until == taken + SPOT_HOLD_S
+    world.run(6)  # the preempted replica is gone; the hold is the memory's
+    assert spot.id not in {r.id for r in world.live()}
+    world.run(4, ScaleInput(3, "load above 0.8"))
+    assert sorted(r.spot for r in world.serving()) == [False, False, False]
+    world.now = taken + SPOT_HOLD_S  # the hold is over: spot again on the next scale-up
+    world.run(6, ScaleInput(4, "load above 0.8"))
+    assert sorted(r.spot for r in world.serving()) == [False, False, False, True]
 
 
 def test_a_replica_failing_readiness_is_drained_then_replaced() -> None:

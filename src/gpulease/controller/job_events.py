@@ -1,8 +1,11 @@
-"""Provider events for the managed-jobs loop: a preemption notice goes to the node's agent (the
-task gets SIGTERM, checkpoints and exits 75; the agent uploads the checkpoint), a preemption marks
-the node PREEMPTED (the jobs loop then recovers the job). Each provider is polled at most every
-``events_every_s``; a provider that does not answer is asked again next time (events are data,
-never raised). States moved: nodes → PREEMPTED.
+"""Provider events for the managed-jobs and services loops: a preemption notice goes to the
+node's agent (the task gets SIGTERM, checkpoints and exits 75; the agent uploads the checkpoint),
+a preemption marks the node PREEMPTED (the jobs loop then recovers the job). A service replica's
+node is marked PREEMPTED on the notice itself and its agent is not told: the replica keeps
+serving its requests in flight while the services loop drains it from the load balancer and
+launches its replacement (:mod:`~gpulease.controller.service_loop`). Each provider is polled at
+most every ``events_every_s``; a provider that does not answer is asked again next time (events
+are data, never raised). States moved: nodes → PREEMPTED.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -77,6 +81,9 @@ class EventRelay:
             ref = NodeRef(node.provider, node.instance_id, node.agent_url or "")
             if event.kind is EventKind.PREEMPTED:
                 return _mark_preempted(session, node, event, self.clock.now())
+            if cluster.service_id is not None:  # a replica: drained by the services loop
+                noticed = replace(event, detail=f"preemption notice: {event.detail or 'soon'}")
+                return _mark_preempted(session, node, noticed, self.clock.now())
         if ref.agent_url:
             try:
                 self.agents.agent(ref).preempt(task_id, self.grace_s)

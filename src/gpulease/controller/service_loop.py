@@ -10,6 +10,9 @@ runs and terminates them (it confirms termination). The endpoint (one load balan
 is behind :class:`~gpulease.controller.service_ports.Endpoints`, which the server implements
 with ``serve.proxy.LoadBalancer``.
 
+A replica's preemption notice (its node PREEMPTED by :mod:`~gpulease.controller.job_events`;
+the node now, or its history) is the replica's ``preempted_at``: drained, replaced, spot held.
+
 States moved: service statuses (through ``set_status``, guarded by the claim), replica clusters
 → TERMINATING; ``services.desired_replicas``, ``autoscale`` and ``decisions``.
 """
@@ -36,6 +39,8 @@ from gpulease.controller.service_observe import (
     HttpProbe,
     ReplicaHealth,
     Scaler,
+    held_until,
+    preempted_at,
     probe_replica,
     replica_index,
     replica_snap,
@@ -45,6 +50,7 @@ from gpulease.controller.service_observe import (
 from gpulease.controller.service_ports import Endpoints, free_port
 from gpulease.controller.service_rules import (
     CloseEndpoint,
+    HoldSpot,
     Launch,
     RecordScale,
     ReplicaSnap,
@@ -80,7 +86,6 @@ log = logging.getLogger("gpulease.controller.services")
 ACTOR = "services"
 MAX_DECISIONS = 200
 PROBE_THREADS = 8  # a service's readiness probes run at once, so one slow replica holds no other
-SPOT_COOLDOWN_S = 600.0  # after a spot replica is preempted, replacements go on-demand this long
 _C = ClusterStatus
 
 
@@ -119,7 +124,6 @@ class ServiceReconciler:
         self.scalers: dict[int, Scaler] = {}  # by service id
         self.backends: dict[int, frozenset[int]] = {}  # what each load balancer has now
         self.failures: dict[int, tuple[int, int]] = {}  # service id → (version, in a row)
-        self.spot_lost_at: dict[int, float] = {}
         self._urls: dict[int, str] = {}
         self._held: Claim | None = None
 
@@ -170,27 +174,22 @@ class ServiceReconciler:
             self.failures.pop(service_id, None)  # a replica is ready: the failures in a row end
         scaler = self.scalers.setdefault(service_id, Scaler())
         scaler.observe(self.endpoints.stats(service_id), now)
-        spot_ok = self._spot_available(service_id, doc, now)
+        spot_ok = spot_available(self.providers, doc)  # the provider's word; the hold is decide's
+        held = held_until(memory)
         scale = None
         if status not in (ServiceStatus.SHUTTING_DOWN, ServiceStatus.DOWN):
-            scale = scaler.decide(
-                now,
-                doc,
-                desired=desired,
-                replicas=replicas,
-                memory=memory,
-                spot_available=spot_ok,
-            )
-            held = (scale.memory if scale and scale.memory else memory).get(
-                "spot_unavailable_until"
-            )
-            spot_ok = spot_ok and not (held is not None and float(held) > now)  # its spot hold
+            # the provider's word: the autoscaler reads the hold from its memory (passing False
+            # for the hold would make it extend the hold each pass)
+            scale = scaler.decide(now, doc, desired=desired, replicas=replicas, memory=memory,
+                                  spot_available=spot_ok)  # fmt: skip
+            held = held_until(scale.memory) if scale and scale.memory else held
         seen = self.failures.get(service_id, (version, 0))
         return ServiceSnap(
             now=now, id=service_id, name=name, status=status, version=version, desired=desired,
             settings=doc.settings, replicas=replicas,
             backends=self.backends.get(service_id, frozenset()), scale=scale,
-            spot_available=spot_ok, failures_in_a_row=seen[1] if seen[0] == version else 0,
+            spot_available=spot_ok, spot_held_until=held,
+            failures_in_a_row=seen[1] if seen[0] == version else 0,
         )  # fmt: skip
 
     def _open_endpoint(self, service_id: int, port: int | None) -> None:
@@ -217,6 +216,8 @@ class ServiceReconciler:
                 self._forget(cluster.id, nodes)
                 continue
             health = self._health(cluster.id)
+            if health.preempted_at is None:
+                health.preempted_at = preempted_at(session, cluster, nodes)
             running = cluster.status_changed_at if cluster.status is _C.RUNNING else None
             drained = False
             if health.retiring is not None:
@@ -237,12 +238,6 @@ class ServiceReconciler:
         self._urls.pop(replica_id, None)
         for node in nodes:
             self.addresses.drop(node.instance_id)
-
-    def _spot_available(self, service_id: int, doc: ServiceDocument, now: float) -> bool:
-        lost = self.spot_lost_at.get(service_id)
-        if lost is not None and now - lost < SPOT_COOLDOWN_S:
-            return False
-        return spot_available(self.providers, doc)
 
     # ---- decide and apply -------------------------------------------------------------------
 
@@ -272,6 +267,7 @@ class ServiceReconciler:
         handlers: dict[type, Callable[[ServiceSnap, Any], bool]] = {
             SetService: self._set_service,
             RecordScale: self._record_scale,
+            HoldSpot: self._hold_spot,
             Launch: self._launch,
             Retire: self._retire,
             Terminate: self._terminate,
@@ -333,6 +329,17 @@ class ServiceReconciler:
                          a.desired, a.reason)  # fmt: skip
         return True
 
+    def _hold_spot(self, snap: ServiceSnap, a: HoldSpot) -> bool:
+        with self._writing() as session:
+            row = session.get(Service, snap.id)
+            if row is None:
+                return False
+            memory = dict(row.autoscale or {})
+            until = max(a.until, held_until(memory) or a.until)
+            row.autoscale = {**memory, "spot_unavailable_until": until}
+        log.info("service %s: spot held until %.0f (%s)", snap.name, until, a.reason)
+        return True
+
     def _launch(self, snap: ServiceSnap, a: Launch) -> bool:
         with self._writing() as session:
             row = session.get(Service, snap.id)
@@ -363,13 +370,11 @@ class ServiceReconciler:
 
     def _terminate(self, snap: ServiceSnap, a: Terminate) -> bool:
         health = self._health(a.replica)
-        spot = False
         for _ in range(5):  # the cluster loop may move it meanwhile: retry on fresh data
             with self._writing() as session:
                 cluster = session.get(Cluster, a.replica)
                 if cluster is None or cluster.status in (_C.TERMINATING, _C.TERMINATED):
                     break
-                spot = cluster.pricing == "spot"
                 if set_status(session, cluster, _C.TERMINATING, actor=ACTOR, reason=a.reason,
                               now=snap.now):  # fmt: skip
                     break
@@ -379,8 +384,6 @@ class ServiceReconciler:
             version, count = self.failures.get(snap.id, (snap.version, 0))
             count = count + 1 if version == snap.version else 1
             self.failures[snap.id] = (snap.version, count)
-        if a.failed and spot and "preempted" in a.reason:
-            self.spot_lost_at[snap.id] = snap.now
         health.retiring = health.retiring or a.reason
         log.info("service %s: replica %d terminating (%s)", snap.name, a.replica, a.reason)
         return True

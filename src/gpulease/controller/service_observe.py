@@ -6,8 +6,9 @@ load balancer's samples — turned into the pure :class:`~gpulease.controller.se
 Owns :class:`ReplicaHealth` (the loop's memory of one replica between passes: probe results,
 whether it is retiring), :class:`HttpProbe` (``GET readiness_probe.path``, or ``POST`` with
 ``post_data``, within its timeout; 2xx is ready), :func:`replica_url` (through
-:mod:`~gpulease.controller.service_address`) and :class:`Scaler` (the
-load samples of a service and the call of ``serve.autoscale.decide``). Moves no states.
+:mod:`~gpulease.controller.service_address`), :func:`preempted_at` (a replica's preemption
+notice, from its nodes or their history) and :class:`Scaler` (the load samples of a service and
+the call of ``serve.autoscale.decide``). Moves no states.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpulease.controller.document import LaunchDocument
 from gpulease.controller.service_address import ReplicaAddresses
@@ -27,7 +30,7 @@ from gpulease.controller.service_rules import GONE, ReplicaSnap, ScaleInput
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import Provider, SupportsSpotMarket
 from gpulease.serve.autoscale import AutoscalePolicy, LoadSample, ReplicaView, ScaleMemory, decide
-from gpulease.state import Cluster, ClusterStatus, Node, NodeState
+from gpulease.state import Cluster, ClusterStatus, Node, NodeState, StatusChange
 
 if TYPE_CHECKING:
     from gpulease.serve.proxy import LoadStats
@@ -38,6 +41,7 @@ _C = ClusterStatus
 PROBE_EVERY_S = 5.0  # a ready replica is probed this often
 PROBE_EARLY_EVERY_S = 0.5  # one not ready yet, this often (so it joins quickly)
 SAMPLES_KEPT = 4096
+MOVED_ON = frozenset({NodeState.TERMINATING, NodeState.TERMINATED, NodeState.FAILED})
 
 
 @dataclass
@@ -52,6 +56,7 @@ class ReplicaHealth:
     retiring: str | None = None
     drain_started_at: float | None = None
     failed: bool = False  # retired for failing
+    preempted_at: float | None = None  # when a node of it got its notice or was preempted
 
 
 class HttpProbe:
@@ -107,7 +112,7 @@ def replica_snap(
     running_since: float | None,
     drained: bool,
 ) -> ReplicaSnap:
-    lost = any(n.state in (NodeState.PREEMPTED, NodeState.LOST) for n in nodes)
+    lost = any(n.state is NodeState.LOST for n in nodes)
     return ReplicaSnap(
         id=cluster.id,
         index=replica_index(cluster.name),
@@ -117,12 +122,42 @@ def replica_snap(
         url=url,
         running_since=running_since,
         node_lost=lost,
+        preempted_at=health.preempted_at,
         ready=health.ready,
         probe_failures=health.probe_failures,
         retiring=health.retiring,
         drain_started_at=health.drain_started_at,
         drained=drained,
     )
+
+
+def preempted_at(session: Session, cluster: Cluster, nodes: Sequence[Node]) -> float | None:
+    """When the replica got its preemption notice or was preempted: a node PREEMPTED now; once
+    a node has moved on (the cluster loop terminates a node whose instance is gone), the nodes'
+    history; or, for a spot replica, its cluster FAILED for the infrastructure (its task
+    preempted by the agent's own notice, its instance gone) — whatever the cluster ended with."""
+    marks = [n.status_changed_at for n in nodes if n.state is NodeState.PREEMPTED]
+    if not marks and any(n.state in MOVED_ON for n in nodes):
+        marks = preempted_history(session, nodes)
+    if not marks and cluster.spot and cluster.status is _C.FAILED and cluster.failure == "infra":
+        marks = [cluster.status_changed_at]
+    return min(marks) if marks else None
+
+
+def preempted_history(session: Session, nodes: Sequence[Node]) -> list[float]:
+    """When the nodes entered PREEMPTED, from their status history."""
+    stmt = select(StatusChange.at).where(
+        StatusChange.entity_kind == "node",
+        StatusChange.entity_id.in_([n.id for n in nodes]),
+        StatusChange.to_status == NodeState.PREEMPTED.value,
+    )
+    return list(session.scalars(stmt))
+
+
+def held_until(memory: Mapping[str, Any]) -> float | None:
+    """The spot hold kept in a service's autoscale memory (``spot_unavailable_until``)."""
+    held = memory.get("spot_unavailable_until")
+    return float(held) if isinstance(held, int | float) else None
 
 
 def probe_replica(
@@ -150,7 +185,7 @@ def probe_replica(
 
 def _state(r: ReplicaSnap) -> Literal["provisioning", "starting", "ready", "draining", "failed",
                                         "preempted"]:  # fmt: skip
-    if r.node_lost:
+    if r.node_lost or r.preempted_at is not None:
         return "preempted"
     if r.retiring is not None:
         return "draining"

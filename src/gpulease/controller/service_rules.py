@@ -20,14 +20,24 @@ SHUTTING_DOWN   (``serve down``) drain every replica, terminate it once drained 
                 ``DRAIN_TIMEOUT_S``); every replica cluster TERMINATED → DOWN, endpoint closed
 ==============  ==========================================================================
 
-A replica is *broken* when its cluster FAILED or ended, a node of it was preempted or lost
-(terminated at once), or it failed its readiness probe ``PROBE_FAILURES`` times in a row after
-the probe's initial delay (drained, then terminated); either way it is replaced — on-demand
-while spot stays unavailable. Scale-down and rolling updates always drain before they terminate.
+A replica is *broken* when its cluster FAILED or ended or a node of it was lost (terminated at
+once), a node of it got a preemption notice or was preempted (``preempted_at``: drained at once
+while it still serves — its requests in flight finish on it — and terminated once drained, so it
+is billed no longer than it serves; terminated at once when already gone), or it failed its
+readiness probe ``PROBE_FAILURES`` times in a row after the probe's initial delay (drained, then
+terminated); either way it is replaced at once. A draining replica whose cluster ends is
+terminated at once.
+
+The spot hold: a spot replica's preemption holds spot for ``SPOT_HOLD_S`` from the notice
+(:func:`spot_hold`); replacements and new replicas go on-demand while it lasts or while the
+provider says spot is unavailable. The hold is kept in the service's autoscale memory
+(``spot_unavailable_until``, :class:`HoldSpot`), so it outlives the replica and a restart.
+Scale-down and rolling updates always drain before they terminate.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -39,6 +49,7 @@ _S = ServiceStatus
 PROBE_FAILURES = 3  # failed probes in a row (after the initial delay) that retire a replica
 FAIL_AFTER = 3  # replicas in a row broken before any became ready: the service FAILED
 DRAIN_TIMEOUT_S = 120.0  # a draining replica is terminated after this even with requests left
+SPOT_HOLD_S = 600.0  # after a spot replica's preemption (notice), replacements go on-demand
 GONE = frozenset({_C.TERMINATING, _C.TERMINATED})
 ENDED = frozenset({_C.SUCCEEDED, _C.FAILED, _C.STOPPING, _C.STOPPED})
 
@@ -54,7 +65,8 @@ class ReplicaSnap:
     spot: bool
     url: str | None = None  # http://host:port once its node is up
     running_since: float | None = None  # when its cluster became RUNNING
-    node_lost: bool = False  # a node PREEMPTED or LOST
+    node_lost: bool = False  # a node LOST (its agent stopped answering)
+    preempted_at: float | None = None  # when a node of it got its notice or was preempted
     ready: bool = False  # its last readiness probe answered 2xx
     probe_failures: int = 0  # failed probes in a row after the initial delay
     retiring: str | None = None  # why it is leaving (draining), None while it serves
@@ -89,7 +101,8 @@ class ServiceSnap:
     replicas: tuple[ReplicaSnap, ...] = ()
     backends: frozenset[int] = frozenset()  # the replicas the load balancer has now
     scale: ScaleInput | None = None
-    spot_available: bool = True
+    spot_available: bool = True  # the provider's word (the hold is applied here)
+    spot_held_until: float | None = None  # the hold kept in the service's memory
     failures_in_a_row: int = 0
 
 
@@ -130,6 +143,14 @@ class Terminate:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldSpot:
+    """Keep ``spot_unavailable_until`` at ``until`` (or later) in the service's memory."""
+
+    until: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetBackends:
     replicas: tuple[int, ...]
 
@@ -140,7 +161,7 @@ class CloseEndpoint:
 
 
 ServiceAction: TypeAlias = (
-    SetService | RecordScale | Launch | Retire | Terminate | SetBackends | CloseEndpoint
+    SetService | RecordScale | HoldSpot | Launch | Retire | Terminate | SetBackends | CloseEndpoint
 )
 
 
@@ -158,6 +179,7 @@ def decide_service(snap: ServiceSnap) -> list[ServiceAction]:
         return _teardown(snap)
     plan = _Plan()
     target = _target(snap, plan)
+    held = _hold(snap, plan)
     _finish_drains(snap, plan)
     _retire_broken(snap, plan)
     current = _serving(snap, plan, current=True)
@@ -165,7 +187,7 @@ def decide_service(snap: ServiceSnap) -> list[ServiceAction]:
     current = _serving(snap, plan, current=True)
     failed = snap.status is _S.FAILED or snap.failures_in_a_row >= FAIL_AFTER
     if not failed:
-        _launch(snap, plan, current, target)
+        _launch(snap, plan, current, target, spot_ok=snap.spot_available and held is None)
     _roll(snap, plan, target)
     _backends(snap, plan)
     _status(snap, plan, failed, target)
@@ -180,6 +202,25 @@ def _target(snap: ServiceSnap, plan: _Plan) -> int:
     if changed or snap.scale.memory is not None:
         plan.actions.append(RecordScale(desired, snap.scale.reason, snap.scale.memory, changed))
     return desired
+
+
+def spot_hold(
+    now: float, replicas: Sequence[ReplicaSnap], held_until: float | None
+) -> float | None:
+    """Until when spot is held (None: not held): ``SPOT_HOLD_S`` after the latest preemption
+    (notice) of a spot replica, or the hold kept in the memory, whichever ends later."""
+    marks = [r.preempted_at for r in replicas if r.spot and r.preempted_at is not None]
+    until = max([*(m + SPOT_HOLD_S for m in marks), held_until or now])
+    return until if until > now else None
+
+
+def _hold(snap: ServiceSnap, plan: _Plan) -> float | None:
+    until = spot_hold(snap.now, snap.replicas, snap.spot_held_until)
+    if until is not None and (snap.spot_held_until is None or until > snap.spot_held_until):
+        lost = [r.index for r in snap.replicas if r.spot and r.preempted_at is not None]
+        why = f"spot replica {max(lost)} preempted: replacements on-demand until {until:.0f}"
+        plan.actions.append(HoldSpot(until, why))
+    return until
 
 
 def _teardown(snap: ServiceSnap) -> list[ServiceAction]:
@@ -204,20 +245,30 @@ def _finish_drains(snap: ServiceSnap, plan: _Plan) -> None:
             continue
         started = r.drain_started_at if r.drain_started_at is not None else snap.now
         timed_out = snap.now - started >= DRAIN_TIMEOUT_S
-        if r.drained or timed_out or r.id not in snap.backends:
-            why = f"{r.retiring}: drained" if r.drained else f"{r.retiring}: drain timed out"
-            plan.actions.append(Terminate(r.id, why))
-            plan.leaving.add(r.id)
+        if r.status in ENDED or r.node_lost:
+            why = f"{r.retiring}: its cluster is {r.status.value}"
+        elif r.id not in snap.backends or r.drained:
+            why = f"{r.retiring}: drained"
+        elif timed_out:
+            why = f"{r.retiring}: drain timed out"
+        else:
+            continue
+        plan.actions.append(Terminate(r.id, why))
+        plan.leaving.add(r.id)
 
 
-def _broken(r: ReplicaSnap) -> tuple[str, bool] | None:
-    """Why the replica is broken and whether it must go at once (no drain)."""
+def _broken(r: ReplicaSnap) -> tuple[str, bool, bool] | None:
+    """Why the replica is broken, whether it must go at once (no drain) and whether it counts
+    as a failure (toward ``FAIL_AFTER``; a preemption does not)."""
     if r.node_lost:
-        return "its node was preempted or lost", True
+        return "its node was lost", True, True
+    if r.preempted_at is not None:
+        gone = r.status is not _C.RUNNING or r.url is None
+        return "its node was preempted" if gone else "a preemption notice", gone, False
     if r.status in ENDED:
-        return f"its cluster is {r.status.value}", True
+        return f"its cluster is {r.status.value}", True, True
     if r.probe_failures >= PROBE_FAILURES:
-        return f"failed its readiness probe {r.probe_failures} times", False
+        return f"failed its readiness probe {r.probe_failures} times", False, True
     return None
 
 
@@ -228,11 +279,11 @@ def _retire_broken(snap: ServiceSnap, plan: _Plan) -> None:
         broken = _broken(r)
         if broken is None:
             continue
-        why, at_once = broken
+        why, at_once, failed = broken
         if at_once or r.id not in snap.backends:
-            plan.actions.append(Terminate(r.id, f"replaced: {why}", failed=True))
+            plan.actions.append(Terminate(r.id, f"replaced: {why}", failed=failed))
         else:
-            plan.actions.append(Retire(r.id, f"replaced: {why}", failed=True))
+            plan.actions.append(Retire(r.id, f"replaced: {why}", failed=failed))
         plan.leaving.add(r.id)
 
 
@@ -265,11 +316,13 @@ def _scale_down(snap: ServiceSnap, plan: _Plan, current: list[ReplicaSnap], targ
         plan.leaving.add(r.id)
 
 
-def _launch(snap: ServiceSnap, plan: _Plan, current: list[ReplicaSnap], target: int) -> None:
+def _launch(
+    snap: ServiceSnap, plan: _Plan, current: list[ReplicaSnap], target: int, *, spot_ok: bool
+) -> None:
     missing = target - len(current)
     if missing <= 0:
         return
-    _on_demand, want_spot = snap.settings.mix(target, spot_available=snap.spot_available)
+    _on_demand, want_spot = snap.settings.mix(target, spot_available=spot_ok)
     spot_now = sum(1 for r in current if r.spot)
     spot = max(0, min(missing, want_spot - spot_now))
     why = f"{len(current)} of {target} replicas (version {snap.version})"
