@@ -11,6 +11,7 @@ and what user code and the agent agree on:
 - :class:`TaskState` and its :data:`TERMINAL` / :data:`STARTED` sets — a node task's states (the
   agent's transition table is :data:`gpulease.agent.state.TRANSITIONS`);
 - :data:`PREEMPTED_EXIT_CODE` (75) — "preempted, checkpoint taken, resume me";
+- :data:`SERVICE_VARIABLE` — the variable naming the service a replica's task belongs to;
 - :class:`LogChunk` and :class:`ExecResult` — a piece of a task's output, a command's result.
 
 Pure data; moves no states. The path from a task file to a node process is described in
@@ -29,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PREEMPTED_EXIT_CODE = 75  # "preempted, checkpoint taken, resume me" (gpulease.train exits so)
+SERVICE_VARIABLE = "GPULEASE_SERVICE"  # set in a service replica's envs (its service's name)
 NO_RUN = ":"  # the run script of a task without ``run`` (the cluster only provisions)
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_SYNC_S = 7 * 24 * 3600.0  # a week; anything longer is a typo

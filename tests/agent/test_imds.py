@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpulease.agent.imds import ACTION_PATH, TOKEN_PATH, ImdsPoller, grace_for
+from gpulease.wire import SERVICE_VARIABLE
 from tests.agent.conftest import AgentProcess, task
 from tests.waiting import wait_until
 
@@ -107,3 +108,22 @@ def test_a_notice_preempts_the_running_task_of_a_real_agent(
     status = agent.wait_state("t1")
     assert (status["state"], status["stop_requested"]) == ("PREEMPTED", "preempt")
     assert "notice-seen" in agent.all_logs("t1")
+
+
+def test_a_notice_leaves_a_service_replica_serving(
+    imds: FakeImds, agent_factory: Callable[..., AgentProcess]
+) -> None:
+    """A replica has nothing to checkpoint: the server drains it on the same notice, so the
+    agent does not SIGTERM it (its app would answer 503 to requests still in flight)."""
+    agent = agent_factory(
+        env={"GPULEASE_AGENT_IMDS_URL": imds.url, "GPULEASE_AGENT_IMDS_INTERVAL": "0.1"}
+    )
+    run = "trap 'echo got-term; exit 75' TERM; echo serving; while true; do sleep 0.02; done"
+    agent.api.submit(task(run=run, envs={SERVICE_VARIABLE: "web", "PORT": "8080"}))
+    wait_until(lambda: agent.api.logs("t1").data, what="the replica to start")
+    imds.action = {"action": "terminate", "time": "2999-01-01T00:00:00Z"}
+    seen = len(imds.requests)
+    wait_until(lambda: len(imds.requests) >= seen + 6, what="the agent to read the notice")
+    status = agent.api.status("t1")
+    assert (status["state"], status["stop_requested"]) == ("RUNNING", None)
+    assert "got-term" not in agent.all_logs("t1")

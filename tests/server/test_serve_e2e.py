@@ -29,7 +29,8 @@ class Replica(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/slow":
             time.sleep(2.0)
-        body = json.dumps({"version": os.environ["VERSION"], "path": self.path}).encode()
+        body = json.dumps({"version": os.environ["VERSION"], "path": self.path,
+                           "service": os.environ.get("GPULEASE_SERVICE")}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -129,7 +130,8 @@ def test_serve_up_requests_update_and_down_on_the_local_provider(
     view = wait_until(lambda: _ready(server, 1), 60, "the first replica to be ready")
 
     answer = httpx.get(f"{endpoint}/predict", timeout=10)
-    assert answer.status_code == 200 and answer.json() == {"version": "1", "path": "/predict"}
+    assert answer.status_code == 200 and answer.json() == {"version": "1", "path": "/predict",
+                                                     "service": "hello"}  # fmt: skip
     (replica,) = view["replicas"]
     assert replica["where"] == "local/local" and replica["spot"] is False
     assert replica["cluster"].startswith("hello-") and replica["index"] == 1

@@ -38,7 +38,7 @@ from gpulease.agent.telemetry.peers import Peer
 from gpulease.agent.telemetry.sampler import TelemetrySampler, metrics_report
 from gpulease.atomic import write_atomic
 from gpulease.clock import Clock, SystemClock
-from gpulease.wire import ExecResult, LogChunk, NodeTask
+from gpulease.wire import SERVICE_VARIABLE, ExecResult, LogChunk, NodeTask
 
 if TYPE_CHECKING:
     from gpulease.filesync import Readable
@@ -191,9 +191,17 @@ class Agent:
 
     def preempt_current(self, grace_s: float) -> str | None:
         """Preempt the running task as ``stop_task(id, "preempt", grace_s)`` does (the VM's own
-        spot notice, :mod:`gpulease.agent.imds`); its id, or None when none runs."""
+        spot notice, :mod:`gpulease.agent.imds`); its id, or None when none runs. A service
+        replica (``$GPULEASE_SERVICE`` in its environment) is left serving: it has nothing to
+        checkpoint, and the server takes it out of its load balancer, drains it and starts its
+        replacement on the same notice (docs/serving.md)."""
         runner = self._current()
         if runner is None:
+            return None
+        service = runner.env.get(SERVICE_VARIABLE)
+        if service:
+            log.warning("spot notice: task %s, a replica of service %s, is left serving (the "
+                        "server drains it)", runner.record.task_id, service)  # fmt: skip
             return None
         runner.request_stop("preempt", grace_s)
         return runner.record.task_id

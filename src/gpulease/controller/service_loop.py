@@ -80,6 +80,7 @@ from gpulease.state import (
     set_status,
 )
 from gpulease.state.claims import Claimable
+from gpulease.wire import SERVICE_VARIABLE
 
 log = logging.getLogger("gpulease.controller.services")
 
@@ -351,7 +352,8 @@ class ServiceReconciler:
                 return False
             same_host = targets[0].provider in SAME_HOST_PROVIDERS
             port = free_port() if same_host else doc.settings.port
-            run = doc.run.model_copy(update={"envs": {**doc.run.envs, "PORT": str(port)}})
+            envs = {**doc.run.envs, "PORT": str(port), SERVICE_VARIABLE: row.name}
+            run = doc.run.model_copy(update={"envs": envs})
             launch = LaunchDocument(run=run, plans=targets, spec=doc.spec)
             index = 1 + max((replica_index(n) for n in _replica_names(session, snap.id)),
                             default=0)  # fmt: skip
