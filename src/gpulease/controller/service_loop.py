@@ -20,7 +20,6 @@ States moved: service statuses (through ``set_status``, guarded by the claim), r
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,7 +31,6 @@ from sqlalchemy.orm import Session
 
 from gpulease.clock import Clock
 from gpulease.controller.document import LaunchDocument
-from gpulease.controller.reconciler import worker_prefix
 from gpulease.controller.service_address import SAME_HOST_PROVIDERS, ReplicaAddresses
 from gpulease.controller.service_document import ServiceDocument
 from gpulease.controller.service_observe import (
@@ -62,7 +60,13 @@ from gpulease.controller.service_rules import (
     Terminate,
     decide_service,
 )
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
+from gpulease.controller.skeleton import (
+    ClaimedLoop,
+    LoopSettings,
+    StepOutcome,
+    held_session,
+    worker_prefix,
+)
 from gpulease.providers.base import Provider
 from gpulease.state import (
     Claim,
@@ -90,7 +94,7 @@ PROBE_THREADS = 8  # a service's readiness probes run at once, so one slow repli
 _C = ClusterStatus
 
 
-class ServiceReconciler:
+class ServiceReconciler(ClaimedLoop[ServiceSnap, ServiceAction]):
     """The services loop: an :class:`~gpulease.controller.skeleton.EntityLoop` over service
     rows, driven by its :class:`~gpulease.controller.skeleton.Skeleton` (claims on
     ``services``)."""
@@ -109,15 +113,9 @@ class ServiceReconciler:
         settings: LoopSettings | None = None,
         probe: HttpProbe | None = None,
     ) -> None:
-        self.engine = engine
+        super().__init__(engine, clock=clock, owner=owner, settings=settings)
         self.providers = providers
         self.endpoints = endpoints
-        self.clock = clock
-        self.owner = owner
-        self.worker = f"{worker_prefix(owner)}{os.getpid()}"
-        self.skeleton: Skeleton[ServiceSnap, ServiceAction] = Skeleton(
-            self, engine, clock=clock, worker=self.worker, settings=settings
-        )
         self.probe = probe or HttpProbe()
         self._probes = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
         self.addresses = ReplicaAddresses(providers)  # SSH forwards to cloud replicas
@@ -126,7 +124,6 @@ class ServiceReconciler:
         self.backends: dict[int, frozenset[int]] = {}  # what each load balancer has now
         self.failures: dict[int, tuple[int, int]] = {}  # service id → (version, in a row)
         self._urls: dict[int, str] = {}
-        self._held: Claim | None = None
 
     def close(self) -> None:
         self._probes.shutdown(wait=True)
@@ -137,9 +134,6 @@ class ServiceReconciler:
         with session_scope(self.engine) as session:
             stmt = select(Service.id).where(Service.status != ServiceStatus.DOWN)
             return sorted(session.scalars(stmt))
-
-    def run_pass(self) -> bool:
-        return self.skeleton.run_pass()
 
     def release_stale_claims(self) -> int:
         """Clear the service claims a previous server process on this host left behind."""
