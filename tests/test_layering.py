@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "providers": {"catalog", "spec", "spot"},
     "storage": set(),
     "state": {"spec"},
-    "controller": {"providers", "storage", "state", "optimizer", "spot", "serve"},
+    "controller": {"providers", "storage", "state", "optimizer", "spot", "serve", "bench"},
     "agent": {"storage", "spec"},
     "train": {"storage", "catalog"},
     # services: the load balancer (serve.proxy) and the autoscaler's pure decisions; the
@@ -55,7 +55,8 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"state", "catalog"},
     # reports over the cost ledger (read only); the server and the CLI use it, the controller not
     "cost": {"state", "catalog", "spec"},
-    "bench": {"catalog"},
+    # the node bench (checks, references, peers); the controller judges acceptance with it
+    "bench": {"catalog", "storage"},
     "client": {"spec"},
     "cli": {
         "client",
