@@ -2,7 +2,9 @@
 checkpointing managed job runs on the pool's node; a spot-availability trace preempts the node
 mid-run; the agent relays the notice (the task checkpoints and exits 75), the node is torn down
 and no longer counted, the job recovers onto a new node the pool launches, resumes from its
-checkpoint and SUCCEEDS; ``pool status`` says so all along."""
+checkpoint and SUCCEEDS; ``pool status`` says so all along. The node left then goes back to the
+pool idle after a job that fails (the next one finds no checkpoint of the previous one) and after
+a job cancelled while it runs."""
 
 from __future__ import annotations
 
@@ -137,7 +139,25 @@ def test_a_preempted_pool_node_s_job_recovers_onto_a_new_node_from_its_checkpoin
 
         pool = wait_until(settled, 30, "one idle node left (the preempted one gone)")
         assert pool["desired_nodes"] == 1 and pool["waiting_jobs"] == []
-        assert pool["nodes"][0]["name"] != first
+        (second,) = [n["name"] for n in pool["nodes"]]
+        assert second != first
+
+        seen = tmp_path / "seen"  # a job that fails: its node goes back idle, cleaned
+        failing = {"name": "fails", "resources": {"pool": "spotty"},
+                   "run": f'ls -A "$GPULEASE_CHECKPOINT_DIR" > {seen}; exit 3'}  # fmt: skip
+        failed_id = api.job_launch(failing)["id"]
+        wait_until(lambda: api.job(failed_id)["status"] == "failed" or None, 30, "it to fail")
+        assert seen.read_text() == ""  # the previous job's checkpoints were not left for it
+        assert [n["name"] for n in wait_until(settled, 30, "the node idle again")["nodes"]] == [
+            second
+        ]
+        sleeper = {"name": "sleeps", "resources": {"pool": "spotty"}, "run": "sleep 600"}
+        cancelled_id = api.job_launch(sleeper)["id"]
+        wait_until(lambda: api.job(cancelled_id)["status"] == "running" or None, 30, "it to run")
+        api.job_cancel(cancelled_id)
+        wait_until(lambda: api.job(cancelled_id)["status"] == "cancelled" or None, 30, "cancel")
+        pool = wait_until(settled, 30, "the node idle after the cancel")
+        assert [n["name"] for n in pool["nodes"]] == [second]  # reused, never torn down
         text = user("pool", "status", "spotty", check=True).stdout
         assert "pool spotty: ready" in text
         user("pool", "down", "spotty", check=True)

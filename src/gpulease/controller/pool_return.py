@@ -11,9 +11,9 @@ The node goes back idle only when
   RUNNING the job's task (a cancel, a job ended by a timeout): then the task is **stopped first**
   (the agents' cancel) and the node given back once the cluster loop saw it end;
 - every node's agent answers that the job's task is over (none running on it), and the job's
-  checkpoint directory on each node is emptied (``rm -rf "$GPULEASE_CHECKPOINT_DIR"`` with the
-  job's environment: the next job must not resume from this one's checkpoint — the job's store
-  keeps it for the job itself).
+  checkpoint directory on each node is removed (with the job's environment, when it lies in the
+  node's work dir — :data:`CLEAN_CHECKPOINTS`): the next job must not resume from this one's
+  checkpoint; the job's store keeps it for the job itself.
 
 Then, in one transaction: a FAILED node moves ``failed → succeeded`` (compare-and-set), ``job_id``
 becomes NULL and the node's ledger rows are split (:func:`~gpulease.controller.pool_jobs.
@@ -36,7 +36,13 @@ from gpulease.state import Cluster, ClusterStatus, NodeState, list_nodes
 log = logging.getLogger("gpulease.controller.jobs")
 
 _C = ClusterStatus
-CLEAN_CHECKPOINTS = 'rm -rf -- "$GPULEASE_CHECKPOINT_DIR"'
+# The job's checkpoint dir emptied when it lies inside the node's work dir (the default,
+# ``work/checkpoints``, shared by the tasks run on the node one after the other); one elsewhere
+# (an absolute ``checkpoint.dir``: a shared file system, say) is the user's and left alone.
+CLEAN_CHECKPOINTS = (
+    'w=$(pwd -P); cd -- "$GPULEASE_CHECKPOINT_DIR" 2>/dev/null || exit 0; d=$(pwd -P); '
+    'case "$d" in "$w"/*) cd / && rm -rf -- "$d" ;; esac'
+)
 CLEAN_TIMEOUT_S = 60.0
 
 
