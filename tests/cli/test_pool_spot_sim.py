@@ -21,7 +21,7 @@ from gpulease.providers.base import InstanceState
 from gpulease.providers.local import LocalProvider
 from tests.cli.conftest import Cli, configure_sim, stop_server_and_sim_nodes
 from tests.cli.test_jobs_spot_train import write_trace
-from tests.server.conftest import wait_until
+from tests.waiting import wait_until
 
 AFTER = 10  # steps (0.1 s each) the job does once resumed from a checkpoint; it counts until then
 
