@@ -9,7 +9,9 @@ a job cancelled while it runs."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,18 +26,19 @@ from tests.cli.test_jobs_spot_train import write_trace
 from tests.waiting import wait_until
 
 AFTER = 10  # steps (0.1 s each) the job does once resumed from a checkpoint; it counts until then
+SCALE, OUTAGE_TICK, NOTICE_S = 120.0, 16, 60.0  # spot out at tick 16 of 60 s: 8 s real
 
 
 @pytest.fixture
 def user(cli: Cli, tmp_path: Path) -> Iterator[Cli]:
-    """120× real time: spot is out for one 60 s tick (0.5 s) after 14 ticks (7 s), with a 60 s
+    """120× real time: spot is out for one 60 s tick (0.5 s) after 16 ticks (8 s), with a 60 s
     (0.5 s) notice; a node provisions in 30 s (0.25 s)."""
     trace = tmp_path / "trace.json"
-    write_trace(trace, [(1, 14), (0, 1), (1, 600)], gap_s=60)
+    write_trace(trace, [(1, OUTAGE_TICK), (0, 1), (1, 600)], gap_s=60)
     configure_sim(
         cli,
-        "    time_scale: 120\n    provision_seconds: [30, 30]\n"
-        f"    notice_seconds: 60\n    spot_trace: {trace}\n",
+        f"    time_scale: {SCALE:g}\n    provision_seconds: [30, 30]\n"
+        f"    notice_seconds: {NOTICE_S:g}\n    spot_trace: {trace}\n",
     )
     yield cli
     stop_server_and_sim_nodes(cli)
@@ -91,8 +94,21 @@ def _job(tmp_path: Path, log: Path) -> dict[str, Any]:
             "checkpoint": {"sync_interval": "1s"}}  # fmt: skip
 
 
+def _sleeping(naps: str) -> list[int]:
+    """Live pids of ``sleep NAPS``."""
+    found = []
+    for pid_dir in Path("/proc").iterdir():
+        try:
+            argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] == [b"sleep", naps.encode()]:
+            found.append(int(pid_dir.name))
+    return found
+
+
 @pytest.mark.slow
-def test_a_preempted_pool_node_s_job_recovers_onto_a_new_node_from_its_checkpoint(
+def test_a_preempted_pool_node_s_job_recovers_and_nodes_outlive_failed_and_cancelled_jobs(
     user: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = tmp_path / "steps.log"
@@ -107,6 +123,9 @@ def test_a_preempted_pool_node_s_job_recovers_onto_a_new_node_from_its_checkpoin
         job_id = api.job_launch(_job(tmp_path, log))["id"]
         wait_until(lambda: api.job(job_id)["status"] == "running" or None, 30, "the job to run")
         (first,) = [n["name"] for n in api.pool_status("spotty")["nodes"] if n["job_id"]]
+        clock = json.loads((user.home / "sim" / "clock.json").read_text())
+        notice_in = (OUTAGE_TICK * 60.0 - NOTICE_S) / SCALE - (time.time() - clock["real_start"])
+        assert notice_in > 0, "the job started after the spot outage: this machine is too slow"
 
         def recovered() -> dict[str, Any] | None:
             view = api.job(job_id)
@@ -151,11 +170,13 @@ def test_a_preempted_pool_node_s_job_recovers_onto_a_new_node_from_its_checkpoin
         assert [n["name"] for n in wait_until(settled, 30, "the node idle again")["nodes"]] == [
             second
         ]
-        sleeper = {"name": "sleeps", "resources": {"pool": "spotty"}, "run": "sleep 600"}
+        naps = f"600.{os.getpid()}"  # a cancelled job: its task stopped, its node back idle
+        sleeper = {"name": "sleeps", "resources": {"pool": "spotty"}, "run": f"sleep {naps}"}
         cancelled_id = api.job_launch(sleeper)["id"]
-        wait_until(lambda: api.job(cancelled_id)["status"] == "running" or None, 30, "it to run")
+        wait_until(lambda: _sleeping(naps) or None, 30, "it to run")
         api.job_cancel(cancelled_id)
         wait_until(lambda: api.job(cancelled_id)["status"] == "cancelled" or None, 30, "cancel")
+        assert _sleeping(naps) == []  # stopped before the node was handed back
         pool = wait_until(settled, 30, "the node idle after the cancel")
         assert [n["name"] for n in pool["nodes"]] == [second]  # reused, never torn down
         text = user("pool", "status", "spotty", check=True).stdout

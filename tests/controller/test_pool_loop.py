@@ -310,7 +310,15 @@ def test_a_failed_or_cancelled_job_s_node_goes_back_to_the_pool_idle(engine: Eng
     assert back.id == node and back.status is C.SUCCEEDED and back.job_id is None
     assert world.provider.live() != []  # never torn down
     setups = [t for _, t in world.agents.submitted if not t.startswith("job-")]
-    assert len(setups) == 1  # one node, set up once, for three jobs
+    assert len(setups) == 1  # one node, set up once, for every job
+
+    early = world.new_job("early")  # cancelled as soon as it took the node (setting up)
+    world.until(lambda: world.status(early) is J.STARTING, "the job to take the node")
+    world.cancel(early)
+    world.until(lambda: world.status(early) is J.CANCELLED, "the early job to be cancelled")
+    assert world.agents.tasks[instance].get(job_task_id("early", early)) == "CANCELLED"
+    (back,) = world.nodes()
+    assert back.id == node and back.status is C.SUCCEEDED and back.job_id is None
 
     third = world.new_job("third")
     world.until(lambda: world.status(third) is J.RUNNING, "a third job to run")
