@@ -2,8 +2,10 @@
 virtual time, with the provider double and agents that keep one task per task id: a pool grows
 with a queue of managed jobs (up to max), a node whose job succeeded takes the next job (its
 setup ran once) and bills each job for the time it held the node, idle nodes go after the idle
-timeout down to min, a preempted node's job recovers onto a new node, and ``pool down``
-terminates every node (the jobs on it and queued for it then fail) and leaves nothing running."""
+timeout down to min — measured on the loops' clock —, a node whose job failed or was cancelled
+goes back to the pool idle (the task stopped, its checkpoints cleaned), a preempted node's job
+recovers onto a new node, and ``pool down`` terminates every node (the jobs on it and queued for
+it then fail) and leaves nothing running."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from gpulease.controller import AgentReport, Liveness, LoopSettings, NodeRef, Re
 from gpulease.controller.job_document import JobDocument
 from gpulease.controller.job_loop import JobReconciler, job_task_id
 from gpulease.controller.pool_loop import PoolReconciler, create_pool
+from gpulease.controller.pool_return import CLEAN_CHECKPOINTS
 from gpulease.controller.pool_rules import PoolDocument
 from gpulease.controller.pool_sizing import SizingPolicy
 from gpulease.state import (
@@ -32,6 +35,7 @@ from gpulease.state import (
     PoolStatus,
     create_job,
     hash_token,
+    history,
     list_nodes,
     session_scope,
     set_status,
@@ -54,6 +58,7 @@ class TaskAgents:
 
     tasks: dict[str, dict[str, str]] = field(default_factory=dict)  # instance → task id → state
     submitted: list[tuple[str, str]] = field(default_factory=list)  # (instance, task id)
+    execs: list[tuple[str, str, str]] = field(default_factory=list)  # (instance, task id, command)
 
     def agent(self, node: NodeRef) -> _Port:
         return _Port(self, node.instance_id)
@@ -64,10 +69,10 @@ class TaskAgents:
     def forget(self, node: NodeRef) -> None:
         pass
 
-    def finish(self, task_id: str) -> None:
+    def finish(self, task_id: str, state: str = "SUCCEEDED") -> None:
         for tasks in self.tasks.values():
             if tasks.get(task_id) == "RUNNING":
-                tasks[task_id] = "SUCCEEDED"
+                tasks[task_id] = state
 
 
 @dataclass
@@ -79,7 +84,8 @@ class _Port:
         state = self.agents.tasks.get(self.instance, {}).get(task_id)
         if state is None:
             return AgentReport(Liveness.ALIVE)
-        return AgentReport(Liveness.ALIVE, TaskState(state), 0 if state == "SUCCEEDED" else None)
+        code = {"SUCCEEDED": 0, "FAILED": 1}.get(state)
+        return AgentReport(Liveness.ALIVE, TaskState(state), code)
 
     def submit(self, task: NodeTask) -> None:
         tasks = self.agents.tasks.setdefault(self.instance, {})
@@ -97,6 +103,7 @@ class _Port:
         return LogChunk(b"", offset, offset, False, TaskState.RUNNING)
 
     def exec(self, task_id: str, command: str, timeout_s: float) -> ExecResult:
+        self.agents.execs.append((self.instance, task_id, command))
         return ExecResult(0, "", False)
 
 
@@ -159,6 +166,12 @@ class World:
             )
             job.task = doc.to_json()  # fmt: skip
             return job.id
+
+    def cancel(self, job_id: int) -> None:
+        with session_scope(self.engine) as session:
+            row = session.get(Job, job_id)
+            assert row is not None
+            row.cancel_requested = True
 
     def pool_down(self) -> None:
         with session_scope(self.engine) as session:
@@ -266,3 +279,67 @@ def test_a_preempted_node_s_job_recovers_on_a_new_node_and_pool_down_ends_it(
     for gone in (job_id, queued):
         job = world.job(gone)
         assert job.status is J.FAILED and "pool p is" in (job.last_error or ""), job.events
+
+
+def test_a_failed_or_cancelled_job_s_node_goes_back_to_the_pool_idle(engine: Engine) -> None:
+    world = _world(engine, min_nodes=0, max_nodes=1)
+    failing = world.new_job("failing")
+    world.until(lambda: world.status(failing) is J.RUNNING, "the job to run")
+    node = _on(world, failing)
+    (instance,) = world.agents.tasks
+    failing_task = job_task_id("failing", failing)
+    world.agents.finish(failing_task, "FAILED")
+    world.until(lambda: world.status(failing) is J.FAILED and world.nodes()[0].job_id is None,
+                "the job to fail and give its node back")  # fmt: skip
+    (back,) = world.nodes()
+    assert back.id == node and back.status is C.SUCCEEDED and back.failure is None
+    assert (instance, failing_task, CLEAN_CHECKPOINTS) in world.agents.execs  # before the next
+    with session_scope(engine) as session:
+        moves = [(h.from_status, h.to_status) for h in history(session, back)]
+        assert ("failed", "succeeded") in moves
+
+    cancelled = world.new_job("cancelled")
+    world.until(lambda: world.status(cancelled) is J.RUNNING, "the next job to run")
+    assert _on(world, cancelled) == node and len(world.nodes()) == 1  # the same node, reused
+    world.cancel(cancelled)
+    world.until(lambda: world.status(cancelled) is J.CANCELLED, "the job to be cancelled")
+    cancelled_task = job_task_id("cancelled", cancelled)
+    assert world.agents.tasks[instance][cancelled_task] == "CANCELLED"  # stopped before handed
+    assert (instance, cancelled_task, CLEAN_CHECKPOINTS) in world.agents.execs
+    (back,) = world.nodes()
+    assert back.id == node and back.status is C.SUCCEEDED and back.job_id is None
+    assert world.provider.live() != []  # never torn down
+    setups = [t for _, t in world.agents.submitted if not t.startswith("job-")]
+    assert len(setups) == 1  # one node, set up once, for every job
+
+    early = world.new_job("early")  # cancelled as soon as it took the node (setting up)
+    world.until(lambda: world.status(early) is J.STARTING, "the job to take the node")
+    world.cancel(early)
+    world.until(lambda: world.status(early) is J.CANCELLED, "the early job to be cancelled")
+    assert world.agents.tasks[instance].get(job_task_id("early", early)) == "CANCELLED"
+    (back,) = world.nodes()
+    assert back.id == node and back.status is C.SUCCEEDED and back.job_id is None
+
+    third = world.new_job("third")
+    world.until(lambda: world.status(third) is J.RUNNING, "a third job to run")
+    assert _on(world, third) == node
+
+
+def test_the_idle_timeout_is_measured_on_the_loops_clock(engine: Engine) -> None:
+    world = _world(engine, min_nodes=0, max_nodes=1, idle_s=60.0)
+    job_id = world.new_job("once")
+    world.until(lambda: world.status(job_id) is J.RUNNING, "the job to run")
+    world.agents.finish(job_task_id("once", job_id))
+    world.until(lambda: world.nodes()[0].job_id is None, "the node to be idle")
+    (idle,) = world.nodes()
+    since = idle.status_changed_at  # stamped by the loops, on their (virtual) clock
+    assert since <= world.clock.now() < since + 60.0
+    while world.clock.now() < since + 60.0:  # never removed before: a pass each 5 virtual s
+        assert world.nodes()[0].status is C.SUCCEEDED, world.clock.now() - since
+        for loop in world.loops:
+            loop.run_pass()
+        world.clock.advance(5.0)
+    world.until(lambda: world.nodes()[0].status is not C.SUCCEEDED, "the idle node to go")
+    removal = world.pool().decisions[-1]
+    assert removal["remove"] == [idle.id] and removal["at"] >= since + 60.0
+    assert removal["at"] < since + 60.0 + 5.0  # at the first pass past the timeout

@@ -44,6 +44,7 @@ def test_how_a_node_cluster_counts() -> None:
     assert _node(1, C.PROVISIONING, N.PROVISIONING).kind == "provisioning"
     assert _node(1, C.SUCCEEDED, N.PREEMPTED).kind == "dead"
     assert _node(1, C.FAILED, N.READY).kind == "dead"
+    assert _node(1, C.FAILED, N.READY, job=7).kind == "busy"  # its job gives it back or drops it
     assert _node(1, C.TERMINATING, N.TERMINATING).kind == "leaving"
     assert _node(1, C.SUCCEEDED, N.STOPPED).kind == "dead"  # not ready: never handed to a job
 

@@ -45,6 +45,7 @@ ALLOWED_EXAMPLES = [
     (C.STARTING, C.RUNNING),
     (C.FAILED, C.TERMINATING),
     (C.SUCCEEDED, C.SETTING_UP),  # an idle pool node takes a managed job's task
+    (C.FAILED, C.SUCCEEDED),  # a healthy pool node given back idle after its job failed
     (C.TERMINATING, C.TERMINATED),
     (N.PROVISIONING, N.SETTING_UP),
     (N.READY, N.LOST),

@@ -8,7 +8,8 @@ intent) and the job's ``attempt``/``cluster_id`` in one transaction, so a contro
 any line and restarted finds either both or neither — never a second cluster for one attempt,
 and the cluster loop launches by intent, idempotently (no duplicate nodes). A job of a pool
 (``resources.pool``) takes an idle node of the pool instead (:mod:`~gpulease.controller.pool_jobs`)
-and gives it back when its task succeeded.
+and gives it back when done with it, if the node is healthy
+(:mod:`~gpulease.controller.pool_return`).
 
 It also relays provider events: a preemption notice goes to the node's agent (the task gets
 SIGTERM, checkpoints and exits 75; the agent uploads the checkpoint), a preemption marks the node
@@ -51,6 +52,7 @@ from gpulease.controller.job_rules import (
     decide_job,
 )
 from gpulease.controller.pool_jobs import release_node, take_node
+from gpulease.controller.pool_return import Outcome, handback_of, settle
 from gpulease.controller.ports import AgentConnector, NodeRef
 from gpulease.controller.skeleton import ClaimedLoop, LoopSettings, StepOutcome, held_session
 from gpulease.errors import GpuleaseError
@@ -436,17 +438,40 @@ class JobReconciler(ClaimedLoop[JobSnapshot, JobAction]):
         attempt = snap.attempt
         if attempt is None:
             return True
+        handed = self._hand_back(snap, attempt.id)
+        if handed is not None:
+            return handed
         for _ in range(5):  # the cluster loop may move it meanwhile: retry on fresh data
             with self._writing() as session:
                 cluster = session.get(Cluster, attempt.id)
                 if cluster is None or cluster.status in (_C.TERMINATING, _C.TERMINATED):
                     return True
-                if release_node(session, cluster, snap.job.id, billed_at=snap.now_job):
-                    return True
                 if set_status(session, cluster, _C.TERMINATING, actor=ACTOR, reason=a.reason,
                               now=snap.now):  # fmt: skip
                     return True
         return False
+
+    def _hand_back(self, snap: JobSnapshot, cluster_id: int) -> bool | None:
+        """A healthy pool node goes back to its pool (:mod:`~gpulease.controller.pool_return`):
+        True when given back or its task is being stopped, False to ask again next step, None
+        when it is to be torn down (no pool node of the job, or not fit)."""
+        with self._writing() as session:
+            cluster = session.get(Cluster, cluster_id)
+            handback = None if cluster is None else handback_of(session, cluster, snap.job.id)
+        if handback is None:
+            return None
+        outcome = settle(self.agents, handback)
+        if outcome is Outcome.UNFIT:
+            return None
+        if outcome is not Outcome.CLEAN:
+            return outcome is Outcome.STOPPING
+        why = f"back to pool {snap.job.doc.pool}: job {snap.job.name} ({snap.job.id}) is done"
+        with self._writing() as session:
+            cluster = session.get(Cluster, cluster_id)
+            return cluster is not None and release_node(
+                session, cluster, snap.job.id, billed_at=snap.now_job, now=snap.now, actor=ACTOR,
+                reason=why,
+            )  # fmt: skip
 
     def _request_stop(self, snap: JobSnapshot, a: RequestStop) -> bool:
         attempt = snap.attempt

@@ -7,12 +7,14 @@ READY) in the jobs loop's transaction: SUCCEEDED → SETTING_UP compare-and-set 
 pools loop, SUCCEEDED → TERMINATING, and two jobs never both win), ``job_id`` = the job, and the
 node's launch document made the job's (its run, task id and checkpoint; the node's plans kept).
 The cluster loop then runs it like any task: the agent takes a task with a new task id on the
-same node — the pool's setup ran once, when the node came up. When the task SUCCEEDED the node is
-*released*: ``job_id`` back to NULL, the cluster left SUCCEEDED — idle again, for the next job. A
-node whose job failed, was preempted or cancelled is torn down as any attempt cluster is (the
-pool replaces it when the queue needs it). A take and a give-back split the node's open ledger
-rows (:func:`rebill`), so a job's spend is the node's time while it held it. States moved: node
-clusters SUCCEEDED → SETTING_UP; ledger rows split (one closed, the next opened).
+same node — the pool's setup ran once, when the node came up. When the job is done with a healthy
+node — its task succeeded, failed or was cancelled — the node is *released*
+(:mod:`~gpulease.controller.pool_return` checks it first): ``job_id`` back to NULL, the cluster
+SUCCEEDED — idle again, for the next job. A node that was preempted, lost or failed is torn down
+as any attempt cluster is (the pool replaces it when the queue needs it). A take and a give-back
+split the node's open ledger rows (:func:`rebill`), so a job's spend is the node's time while it
+held it. States moved: node clusters SUCCEEDED → SETTING_UP and FAILED → SUCCEEDED; ledger rows
+split (one closed, the next opened).
 """
 
 from __future__ import annotations
@@ -136,11 +138,28 @@ def take_node(
     return Taken()
 
 
-def release_node(session: Session, cluster: Cluster, job_id: int, *, billed_at: float) -> bool:
-    """Give a pool node whose task SUCCEEDED back to its pool (idle; its time from ``billed_at``
-    on billed to the pool alone); False when the cluster is no pool node of this job, or did not
-    succeed (then it is torn down as usual)."""
-    if cluster.pool_id is None or cluster.job_id != job_id or cluster.status is not _C.SUCCEEDED:
+def release_node(
+    session: Session,
+    cluster: Cluster,
+    job_id: int,
+    *,
+    billed_at: float,
+    now: float,
+    actor: str,
+    reason: str,
+) -> bool:
+    """Give a pool node back to its pool, idle (its time from ``billed_at`` on billed to the pool
+    alone): one that SUCCEEDED stays so, one that FAILED (its checks done by
+    :mod:`~gpulease.controller.pool_return`) moves back to SUCCEEDED, compare-and-set; False when
+    the cluster is no pool node of this job, or neither."""
+    if cluster.pool_id is None or cluster.job_id != job_id:
+        return False
+    if cluster.status is _C.FAILED:
+        if not set_status(session, cluster, _C.SUCCEEDED, expected=_C.FAILED, actor=actor,
+                          reason=reason, now=now):  # fmt: skip
+            return False
+        cluster.failure = cluster.task_failure = None
+    elif cluster.status is not _C.SUCCEEDED:
         return False
     cluster.job_id = None
     rebill(session, cluster.id, None, billed_at)

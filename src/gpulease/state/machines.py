@@ -8,7 +8,8 @@ Pure data and pure functions, no database. Owns:
 - ``TRANSITIONS[enum][from]`` — the set of statuses each status may move to (a self-loop is
   allowed only where listed: ``PROVISIONING → PROVISIONING`` is a failover,
   ``TERMINATING → TERMINATING`` a re-issued terminate; ``SUCCEEDED → SETTING_UP`` is an idle
-  pool node taking a managed job's task: ``controller/pool_jobs.py``);
+  pool node taking a managed job's task, ``FAILED → SUCCEEDED`` a healthy pool node given back
+  idle after its job's task failed or was cancelled: ``controller/pool_jobs.py``);
 - ``TRANSIENT_TIMEOUTS[enum][status]`` — how long a transient status may last and where it goes
   then; resting statuses have no entry;
 - :func:`check_transition` and :func:`timeout_exit`.
@@ -137,7 +138,7 @@ _CLUSTER: dict[Status, frozenset[Status]] = {
     _C.SETTING_UP: frozenset({_C.RUNNING, _C.PROVISIONING, _C.FAILED, _C.TERMINATING}),
     _C.RUNNING: frozenset({_C.SUCCEEDED, _C.FAILED, _C.STOPPING, _C.PROVISIONING, _C.TERMINATING}),
     _C.SUCCEEDED: frozenset({_C.SETTING_UP, _C.STOPPING, _C.TERMINATING}),
-    _C.FAILED: frozenset({_C.STOPPING, _C.TERMINATING}),
+    _C.FAILED: frozenset({_C.SUCCEEDED, _C.STOPPING, _C.TERMINATING}),
     _C.STOPPING: frozenset({_C.STOPPED, _C.FAILED, _C.TERMINATING}),
     _C.STOPPED: frozenset({_C.STARTING, _C.TERMINATING}),
     _C.STARTING: frozenset({_C.SETTING_UP, _C.RUNNING, _C.FAILED, _C.TERMINATING}),
