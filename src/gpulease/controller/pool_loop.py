@@ -15,17 +15,15 @@ TERMINATING; ``pools.desired_nodes`` and ``pools.decisions`` are written with ea
 from __future__ import annotations
 
 import logging
-import os
 import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpulease.clock import Clock
 from gpulease.controller.document import LaunchDocument
 from gpulease.controller.pool_jobs import waiting_jobs
 from gpulease.controller.pool_rules import (
@@ -42,8 +40,7 @@ from gpulease.controller.pool_rules import (
     SetPool,
     decide_pool,
 )
-from gpulease.controller.reconciler import worker_prefix
-from gpulease.controller.skeleton import LoopSettings, Skeleton, StepOutcome, held_session
+from gpulease.controller.skeleton import ClaimedLoop, StepOutcome, held_session
 from gpulease.state import (
     Claim,
     Cluster,
@@ -104,40 +101,17 @@ def create_pool(
     return pool
 
 
-class PoolReconciler:
+class PoolReconciler(ClaimedLoop[PoolSnapshot, PoolAction]):
     """The pools loop: an :class:`~gpulease.controller.skeleton.EntityLoop` over pool rows,
     driven by its :class:`~gpulease.controller.skeleton.Skeleton` (claims on ``pools``)."""
 
     kind = "pool"
     model: Claimable = Pool
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        clock: Clock,
-        owner: str,
-        settings: LoopSettings | None = None,
-    ) -> None:
-        self.engine = engine
-        self.clock = clock
-        self.owner = owner
-        self.worker = f"{worker_prefix(owner)}{os.getpid()}"
-        self.skeleton: Skeleton[PoolSnapshot, PoolAction] = Skeleton(
-            self, engine, clock=clock, worker=self.worker, settings=settings
-        )
-        self._held: Claim | None = None
-
     def due(self) -> list[int]:
         with session_scope(self.engine) as session:
             stmt = select(Pool.id).where(Pool.status != PoolStatus.DOWN).order_by(Pool.id)
             return list(session.scalars(stmt))
-
-    def run_pass(self) -> bool:
-        return self.skeleton.run_pass()
-
-    def step(self, pool_id: int) -> bool:
-        return self.skeleton.step(pool_id)
 
     # ---- EntityLoop -------------------------------------------------------------------------
 
