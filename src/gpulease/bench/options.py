@@ -1,0 +1,57 @@
+"""What a bench run is asked to do (:class:`BenchOptions`): the contract between
+``gpulease bench`` in process, ``python -m gpulease.bench`` (its argv maps onto it one to one,
+see :mod:`gpulease.bench.__main__`) and the server that runs it on nodes. Plain data; pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the check families, in the order a run measures them (``only`` picks among them)
+FAMILIES = ("gpu", "matmul", "memory", "transfer", "allreduce", "net", "disk", "store", "train")
+#: what ``quick`` (acceptance, target < 30 s on a 2-core CPU machine) runs
+QUICK_FAMILIES = ("gpu", "matmul", "memory", "transfer", "allreduce", "net", "disk")
+
+
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """Where the nodes of one cluster meet for the cross-node checks (``torch.distributed``
+    with ``init_method=tcp://host:port``: gloo on CPUs, NCCL on GPUs)."""
+
+    host: str
+    port: int
+    rank: int
+    world: int
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the offer sold, to check the node against (None: not known, not checked)."""
+
+    accelerator: str | None = None  # the catalog's name (``H100``); its spec gives the peaks
+    gpu_count: int | None = None
+    gpu_memory_gb: float | None = None
+    interconnect: str | None = None  # nvlink | pcie
+    instance_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """``quick``: the acceptance subset, smaller sizes; ``only``: these families only (None:
+    all, or the quick ones); ``workdir``: where the disk checks write (the task's work
+    directory on a node; a temporary directory under it is removed after); ``store``: the
+    checkpoint store URL whose reads ``store.read`` measures (None: skipped);
+    ``rendezvous``: this node's place among the cluster's nodes (None: a single node)."""
+
+    quick: bool = False
+    only: tuple[str, ...] | None = None
+    workdir: Path = Path(".")
+    store: str | None = None
+    expected: Expected = Expected()
+    rendezvous: Rendezvous | None = None
+    node: str | None = None  # the report's node name (default: this host's name)
+
+    def families(self) -> tuple[str, ...]:
+        wanted = self.only or (QUICK_FAMILIES if self.quick else FAMILIES)
+        return tuple(f for f in FAMILIES if f in wanted)
