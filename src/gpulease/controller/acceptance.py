@@ -135,6 +135,9 @@ def bench_command(snap: Snapshot, node: NodeView, ips: Sequence[str], port: int)
         args += ["--accelerator", target.accelerator, "--gpus", str(target.gpus_per_node)]
     if target.instance_type:
         args += ["--instance-type", target.instance_type]
+    policy = policy_of(snap)
+    if policy is not None and policy.checks:
+        args += ["--only", ",".join(policy.checks)]
     if len(ips) > 1:
         args += ["--rendezvous", f"{ips[0]}:{port}", "--rank", str(node.rank),
                  "--world", str(len(ips))]  # fmt: skip
