@@ -205,10 +205,12 @@ def _failures(
     return why
 
 
-def _failure_record(snap: Snapshot, node: NodeView, why: str, until: float) -> dict[str, Any]:
+def _failure_record(
+    snap: Snapshot, node: NodeView, why: str, until: float, round_: int
+) -> dict[str, Any]:
     t = snap.cluster.target
     return {"provider": t.provider, "region": t.region, "zone": t.zone,
-            "instance_type": t.instance_type, "node": node.rank,
+            "instance_type": t.instance_type, "node": node.rank, "round": round_,
             "instance_id": node.instance_id, "why": why[:500], "at": snap.now,
             "until": until}  # fmt: skip
 
@@ -263,7 +265,9 @@ def _verdict(
         return [RecordAcceptance(replace(state, passed=True).to_json(), summary)]
     failing = [n for n in nodes if n.id in why]
     until = snap.now + policy.degraded_for_s
-    records = tuple(_failure_record(snap, n, why[n.id], until) for n in failing)
+    seen = {(f.get("instance_id"), f.get("round")) for f in state.failures}
+    fresh = [_failure_record(snap, n, why[n.id], until, state.round) for n in failing]
+    records = [r for r in fresh if (r["instance_id"], r["round"]) not in seen]  # once each
     failures = (*state.failures, *records)[-MAX_FAILURES_KEPT:]
     if state.replacements + len(failing) <= policy.max_replacements and len(failing) < len(nodes):
         after = replace(state, round=state.round + 1, failures=failures,
