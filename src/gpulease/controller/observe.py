@@ -118,8 +118,9 @@ class Observer:
             listed = (instances or {}).get(node.instance_id)
             url = (listed.agent_url if listed else None) or node.agent_url
             if url and node.id in polled:
-                ports.append((node.id, self.agents.agent(NodeRef(node.provider,
-                                                                 node.instance_id, url))))
+                ports.append(
+                    (node.id, self.agents.agent(NodeRef(node.provider, node.instance_id, url)))
+                )
         return accept_views(ports, task_id, polled)
 
     def _instances(
