@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from sqlalchemy import Engine
 
 from gpulease.bench.report import BenchReport, Check
@@ -155,7 +156,11 @@ def test_a_slow_node_is_replaced_then_the_task_runs_on_the_accepted_nodes(
     failed = [r for r in _node_reasons(engine, cid) if r.startswith("acceptance failed")]
     assert len(failed) == 1 and "matmul.fp32 0.01 TFLOP/s, 0.20 of peers (0.05)" in failed[0]
     assert any("replacing 1 (replacements 1 of 1)" in r for r in _cluster_reasons(engine, cid))
-    assert row.task["acceptance"]["passed"] is True
+    kept = row.task["acceptance"]
+    assert kept["passed"] is True and kept["round"] == 1
+    assert [(r["rank"], r["passed"]) for r in kept["reports"]] == [(0, True), (1, True)]
+    matmul = kept["reports"][1]["checks"]["matmul.fp32"]
+    assert matmul["source"] == "peers" and matmul["ratio"] == pytest.approx(1.0)
     with session_scope(engine) as session:
         degraded = degraded_offers(session, clock.now())
         assert list(degraded) == [("fake", "r1", "t1")]

@@ -83,13 +83,15 @@ class AcceptanceState:
     applies to (a new target starts afresh), ``round`` the bench run under way (its task id),
     ``replacements`` the nodes replaced on this target, ``passed`` whether every node passed;
     ``failures`` every failing node's offer, check and figure (newest last; they rank the offer
-    down until their ``until``)."""
+    down until their ``until``); ``reports`` the last judged round, each node's checks in
+    short."""
 
     target: int = 0
     round: int = 0
     replacements: int = 0
     passed: bool = False
     failures: tuple[Mapping[str, Any], ...] = ()
+    reports: tuple[Mapping[str, Any], ...] = ()  # the last round's judged reports, in short
 
     @classmethod
     def of(cls, data: Mapping[str, Any] | None, failovers: int) -> AcceptanceState:
@@ -101,6 +103,7 @@ class AcceptanceState:
             replacements=int(data.get("replacements", 0)),
             passed=bool(data.get("passed", False)),
             failures=tuple(data.get("failures") or ()),
+            reports=tuple(data.get("reports") or ()),
         )
         if state.target != failovers:  # a new target: its nodes are benched from scratch
             return cls(target=failovers, round=state.round + 1, failures=state.failures)
@@ -108,7 +111,8 @@ class AcceptanceState:
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "round": self.round, "replacements": self.replacements,
-                "passed": self.passed, "failures": [dict(f) for f in self.failures]}  # fmt: skip
+                "passed": self.passed, "failures": [dict(f) for f in self.failures],
+                "reports": [dict(r) for r in self.reports]}  # fmt: skip
 
 
 def policy_of(snap: Snapshot) -> AcceptancePolicy | None:
@@ -189,8 +193,9 @@ def describe(check: Check) -> str:
 
 def _failures(
     snap: Snapshot, nodes: Sequence[NodeView], policy: AcceptancePolicy
-) -> dict[int, str]:
-    """node id → why it failed (its failing checks with their figures), for the failing nodes."""
+) -> tuple[dict[int, str], list[dict[str, Any]]]:
+    """(node id → why it failed (its failing checks with their figures), for the failing
+    nodes; each judged report in short, for the document)."""
     views = [snap.accept[n.id] for n in nodes]
     with_report = [(n, v.report) for n, v in zip(nodes, views, strict=True) if v.report]
     reports = judged([r for _n, r in with_report], policy)
@@ -202,7 +207,19 @@ def _failures(
     for node, view in zip(nodes, views, strict=True):
         if view.report is None:
             why[node.id] = view.detail or f"the bench ended {view.task_state} without a report"
-    return why
+    short = [_short(n, r, n.id not in why) for (n, _raw), r in zip(with_report, reports,
+                                                                      strict=True)]  # fmt: skip
+    return why, short
+
+
+def _short(node: NodeView, report: BenchReport, passed: bool) -> dict[str, Any]:
+    """A judged report as the launch document keeps it: per check figure, reference, its
+    source, ratio and verdict."""
+    checks = {c.name: {"figure": c.figure, "unit": c.unit, "reference": c.reference,
+                       "source": c.reference_source, "ratio": c.ratio, "verdict": c.verdict}
+              for c in report.checks if c.verdict != "skip"}  # fmt: skip
+    return {"rank": node.rank, "instance_id": node.instance_id, "passed": passed,
+            "wall_s": report.wall_s, "device": report.device, "checks": checks}  # fmt: skip
 
 
 def _failure_record(
@@ -256,7 +273,8 @@ def _submissions(
 def _verdict(
     snap: Snapshot, nodes: Sequence[NodeView], policy: AcceptancePolicy, state: AcceptanceState
 ) -> list[Action]:
-    why = _failures(snap, nodes, policy)
+    why, short = _failures(snap, nodes, policy)
+    state = replace(state, reports=tuple(short))
     summary = f"acceptance round {state.round}: " + (
         f"{len(nodes)} node(s) passed" if not why else
         "; ".join(f"node {n.rank} failed: {why[n.id]}" for n in nodes if n.id in why)
