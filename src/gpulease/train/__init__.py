@@ -8,8 +8,10 @@ process group torchrun or the agent describes, and ``StepTimer`` / ``throughput`
 and MFU against the catalog's dense peak; ``tuned_loader`` is a data loader tuned to the machine
 whose position resumes exactly; ``train_stats`` / ``report_step`` / ``timed_batches`` tell the
 node's agent the job's figures (step time, throughput, MFU, data-wait share, last checkpoint),
-which those helpers also do by themselves; and ``export_onnx`` exports a model and checks it with
-onnxruntime. Importing this package does not import torch.
+which those helpers also do by themselves; ``export_onnx`` exports a model and checks it with
+onnxruntime; and ``profile`` records a few steps with ``torch.profiler`` into a trace and a
+summary (top operators; compute, communication, data wait) that ``gpulease profile`` fetches.
+Importing this package does not import torch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from gpulease.train.loader import LoaderSettings, ResumableLoader, tuned_loader
 from gpulease.train.manager import CheckpointManager
 from gpulease.train.onnx_export import OnnxExport, export_onnx
 from gpulease.train.precision import Precision, setup_precision
+from gpulease.train.profiler import Profiler, profile
 from gpulease.train.preemption import (
     EXIT_PREEMPTED,
     exit_preempted,
@@ -35,6 +38,7 @@ __all__ = [
     "LoaderSettings",
     "OnnxExport",
     "Precision",
+    "Profiler",
     "ResumableLoader",
     "StepTimer",
     "Throughput",
@@ -43,6 +47,7 @@ __all__ = [
     "exit_preempted",
     "export_onnx",
     "on_preemption",
+    "profile",
     "report_step",
     "setup_distributed",
     "setup_precision",
