@@ -60,10 +60,16 @@ class Span:
     self_device_us: float = 0.0
 
 
-def summarise(spans: Sequence[Span], *, top: int = TOP_OPS) -> dict[str, Any]:
+def summarise(
+    spans: Sequence[Span], *, top: int = TOP_OPS, drop_last_step: bool = False
+) -> dict[str, Any]:
     """``{device, steps, step_ms, wall_ms, split, top_ops, ops_self_ms}`` of the profiled
-    window (see the module's docstring for each figure)."""
+    window (see the module's docstring for each figure). ``drop_last_step``: the profiler was
+    stopped mid-window, so the last step span (from the last ``step()`` to the stop) is not a
+    whole step and is left out of the split."""
     windows = sorted((s.start_us, s.end_us) for s in spans if STEP_PATTERN.match(s.name))
+    if drop_last_step:
+        windows = windows[:-1]
     cuda = any(s.device == "cuda" for s in spans)
     totals = dict.fromkeys(SPLIT_KEYS, 0.0)
     for window in windows:

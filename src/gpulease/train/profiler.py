@@ -56,6 +56,7 @@ class Profiler:
         self.step_num = 0
         self.summary: dict[str, Any] | None = None  # set once the files are written
         self._torch: torch.profiler.profile | None = None
+        self._closing = False  # the last ProfilerStep span is the unfinished one after step()
 
     @property
     def done(self) -> bool:
@@ -98,11 +99,11 @@ class Profiler:
         """Stop the torch profiler (a window still recording is written)."""
         profiler, self._torch = self._torch, None
         if profiler is not None:
+            self._closing = True
             profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def _write(self, prof: torch.profiler.profile) -> None:
-        spans = _spans(prof)
-        summary = summarise(spans)
+        summary = summarise(_spans(prof), drop_last_step=self._closing)
         if not summary["steps"]:
             log.warning("profile: no step was recorded (call prof.step() once per step)")
         self.out.mkdir(parents=True, exist_ok=True)
