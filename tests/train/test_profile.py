@@ -29,7 +29,7 @@ def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Ten
                 y: torch.Tensor) -> None:  # fmt: skip
     loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]
     opt.step()
 
 
@@ -83,12 +83,14 @@ def test_a_cpu_training_loop_writes_its_trace_and_summary(
     assert addmm["calls"] == 3 * 2  # two Linear layers' forward, three steps
 
     trace = json.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
-    steps = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep")}
+    steps = {
+        e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep")
+    }
     assert len(steps) == 3
 
 
 def test_communication_under_gloo_is_its_own_share(tmp_path: Path) -> None:
-    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())  # type: ignore[attr-defined]
     try:
         model, opt = _model()
         with profile(steps=3, wait=0, out=tmp_path / "p") as prof:
@@ -96,7 +98,7 @@ def test_communication_under_gloo_is_its_own_share(tmp_path: Path) -> None:
                 x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 for param in model.parameters():
                     assert param.grad is not None
                     dist.all_reduce(param.grad)
@@ -123,8 +125,12 @@ def test_a_loop_that_ends_early_writes_the_steps_it_made(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"steps": 0}, "steps"), ({"wait": -1}, "wait"), ({"warmup": 1.5}, "warmup"),
-     ({"steps": True}, "steps")],  # fmt: skip
+    [
+        ({"steps": 0}, "steps"),
+        ({"wait": -1}, "wait"),
+        ({"warmup": 1.5}, "warmup"),
+        ({"steps": True}, "steps"),
+    ],
 )
 def test_bad_arguments_name_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(UserInputError, match=rf"profile\({field}="):

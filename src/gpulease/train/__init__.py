@@ -21,13 +21,13 @@ from gpulease.train.loader import LoaderSettings, ResumableLoader, tuned_loader
 from gpulease.train.manager import CheckpointManager
 from gpulease.train.onnx_export import OnnxExport, export_onnx
 from gpulease.train.precision import Precision, setup_precision
-from gpulease.train.profiler import Profiler, profile
 from gpulease.train.preemption import (
     EXIT_PREEMPTED,
     exit_preempted,
     on_preemption,
     should_stop,
 )
+from gpulease.train.profiler import Profiler, profile
 from gpulease.train.stats import TrainStats, report_step, timed_batches, train_stats
 from gpulease.train.timer import StepTimer, Throughput, throughput
 
