@@ -27,6 +27,7 @@ its CPU time less its children's), ``share`` of the sum of all operators' self t
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -72,8 +73,8 @@ def summarise(
         windows = windows[:-1]
     cuda = any(s.device == "cuda" for s in spans)
     totals = dict.fromkeys(SPLIT_KEYS, 0.0)
-    for window in windows:
-        for key, value in split_window(spans, window, cuda=cuda).items():
+    for window, inside in zip(windows, _by_window(spans, windows), strict=True):
+        for key, value in split_window(inside, window, cuda=cuda).items():
             totals[key] += value
     wall = sum(end - start for start, end in windows)
     ops, ops_total = top_operators(spans, cuda=cuda, top=top)
@@ -156,6 +157,19 @@ def top_operators(
     ], total
 
 
+def _by_window(spans: Iterable[Span], windows: list[Interval]) -> list[list[Span]]:
+    """The spans that overlap each window (sorted, disjoint), found by bisection."""
+    starts = [start for start, _end in windows]
+    buckets: list[list[Span]] = [[] for _ in windows]
+    for span in spans:
+        index = max(bisect.bisect_right(starts, span.start_us) - 1, 0)
+        while index < len(windows) and windows[index][0] < span.end_us:
+            if windows[index][1] > span.start_us:
+                buckets[index].append(span)
+            index += 1
+    return buckets
+
+
 def _kind(span: Span) -> str:
     names = (*span.parents, span.name) if span.device == "cpu" else (span.name,)
     if any(COMM_PATTERN.search(n) for n in names):
@@ -181,18 +195,22 @@ def _merge(intervals: Iterable[Interval]) -> list[Interval]:
 
 
 def _minus(intervals: list[Interval], cut: list[Interval]) -> list[Interval]:
-    """``intervals`` less ``cut`` (both merged and sorted)."""
+    """``intervals`` less ``cut`` (both merged and sorted), in one pass over both."""
     result: list[Interval] = []
+    index = 0
     for first, end in intervals:
         start = first
-        for cut_start, cut_end in cut:
-            if cut_end <= start or cut_start >= end:
-                continue
+        while index < len(cut) and cut[index][1] <= start:
+            index += 1
+        probe = index
+        while probe < len(cut) and cut[probe][0] < end:
+            cut_start, cut_end = cut[probe]
             if cut_start > start:
                 result.append((start, cut_start))
             start = max(start, cut_end)
             if start >= end:
                 break
+            probe += 1
         if start < end:
             result.append((start, end))
     return result
