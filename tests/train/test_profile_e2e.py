@@ -1,8 +1,9 @@
 """``gpulease profile NAME --rank R`` as a user runs it: a real server process and local cluster
-run a task whose training loop is profiled (``gpulease.train.profile``, torch on CPU); the real
-CLI fetches the summary and the trace through the server and the node's agent, prints the
-split and the top operators, saves both; a rank without a profile and an unknown cluster exit 2
-with a message; the SDK's ``Client.profile`` reads the same."""
+run a 2-node task whose training loop is profiled on each node (``gpulease.train.profile``,
+torch on CPU); the real CLI fetches the summary and the trace through the server and the node's
+agent, prints the split and the top operators, saves both; rank 1 is found on node 1; a rank
+without a profile and an unknown cluster exit 2 with a message; the SDK's ``Client.profile``
+reads the same."""
 
 from __future__ import annotations
 
@@ -57,11 +58,12 @@ def test_profile_fetches_the_summary_and_trace_of_a_rank(
     workdir.mkdir()
     (workdir / "job.py").write_text(JOB)
     api = server.start().api
-    api.launch(task_body("python job.py", name="prof", workdir=str(workdir)))
+    api.launch(task_body("python job.py", name="prof", nodes=2, workdir=str(workdir)))
     done = server.wait_status("prof", {"succeeded", "failed"}, timeout=90)
     logs = server.all_logs("prof")
     assert done["status"] == "succeeded", (done["reason"], logs)
     assert "profiled 3 steps into" in logs and "profile/rank-0" in logs
+    assert "profile/rank-1" in server.all_logs("prof", rank=1)
 
     out = tmp_path / "fetched"
     shown = _cli(server.home, "prof", "--rank", "0", "--out", str(out))
@@ -87,9 +89,11 @@ def test_profile_fetches_the_summary_and_trace_of_a_rank(
         (out / "trace.json.gz").read_bytes()
     )
 
-    missing = _cli(server.home, "prof", "--rank", "1", "--out", str(tmp_path / "none"))
+    second = api.profile("prof", rank=1)  # on the other node: found by asking each agent
+    assert (second["node_rank"], second["summary"]["rank"]) == (1, 1)
+    missing = _cli(server.home, "prof", "--rank", "2", "--out", str(tmp_path / "none"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    assert "no profile of rank 1 yet (ranks with a profile: 0)" in missing.stderr
+    assert "no profile of rank 2 yet (ranks with a profile: 0, 1)" in missing.stderr
     assert not (tmp_path / "none").exists()
     unknown = _cli(server.home, "nosuch")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
