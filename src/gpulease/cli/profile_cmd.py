@@ -19,7 +19,7 @@ RANK_HELP = (
     "The training process's rank (one process per node: the node rank; under torchrun: the "
     "global rank)."
 )
-OUT_HELP = "Where to save summary.json and trace.json.gz [default: ./profile-NAME-rank-R/]."
+OUT_HELP = "Where to save summary.json and trace.json.gz (default: ./profile-NAME-rank-R/)."
 SPLIT_LABELS = {"compute": "compute", "communication": "communication",
                 "data_wait": "data wait", "other": "other"}  # fmt: skip
 
