@@ -123,6 +123,20 @@ def test_a_loop_that_ends_early_writes_the_steps_it_made(tmp_path: Path) -> None
     _assert_split_adds_up(prof.summary)
 
 
+def test_a_failed_write_is_logged_and_training_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    model, opt = _model()
+    with profile(steps=1, wait=0, out=tmp_path / "file" / "p") as prof:
+        for _ in range(3):
+            _train_step(model, opt, torch.randn(8, 32), torch.randint(0, 4, (8,)))
+            prof.step()
+    assert prof.done and prof.summary is None and prof._torch is None and prof.step_num == 3
+    assert prof.error is not None and "NotADirectoryError" in prof.error
+    assert "profile: writing rank" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

@@ -55,12 +55,14 @@ class Profiler:
         self.rank = rank
         self.step_num = 0
         self.summary: dict[str, Any] | None = None  # set once the files are written
+        self.error: str | None = None  # set when writing them failed (the loop goes on)
         self._torch: torch.profiler.profile | None = None
         self._closing = False  # the last ProfilerStep span is the unfinished one after step()
 
     @property
     def done(self) -> bool:
-        return self.summary is not None
+        """The window is over: its files are written (or writing them failed)."""
+        return self.summary is not None or self.error is not None
 
     def __enter__(self) -> Profiler:
         import torch
@@ -103,6 +105,15 @@ class Profiler:
             profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def _write(self, prof: torch.profiler.profile) -> None:
+        """torch's ``on_trace_ready``: a failure is logged and kept in :attr:`error`, never
+        raised into the training loop (a profile is not worth a run)."""
+        try:
+            self._write_files(prof)
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("profile: writing rank %d's files into %s failed", self.rank, self.out)
+
+    def _write_files(self, prof: torch.profiler.profile) -> None:
         summary = summarise(_spans(prof), drop_last_step=self._closing)
         if not summary["steps"]:
             log.warning("profile: no step was recorded (call prof.step() once per step)")
