@@ -5,6 +5,7 @@ and refused connections counted, the command line's exit codes and JSON)."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import socket
 import threading
@@ -14,7 +15,14 @@ from pathlib import Path
 
 import pytest
 from benchmarks.serve import loadgen
-from benchmarks.serve.loadgen import Schedule, Segment, parse_ramp, run_closed, run_load
+from benchmarks.serve.loadgen import (
+    Schedule,
+    Segment,
+    parse_ramp,
+    run_closed,
+    run_load,
+    run_slices,
+)
 from benchmarks.serve.stats import LoadResult, RequestRecord, percentile
 from hypothesis import given
 from hypothesis import strategies as st
@@ -208,6 +216,24 @@ def test_the_closed_loop_keeps_its_clients_busy_up_to_the_request_count(server: 
     assert all(r.sent_s == r.due_s for r in result.records)
     with pytest.raises(UserInputError, match="concurrency"):
         run_closed(server.url, 0, 1.0)
+
+
+def test_slices_take_turns_and_each_url_keeps_its_own_clock(server: _Server) -> None:
+    urls = {"a": f"{server.url}/a", "b": f"{server.url}/b"}
+    results = run_slices(urls, Schedule.constant(100, 0.05), 3)  # 5 requests a slice
+    assert [r.requests for r in results.values()] == [15, 15]
+    assert all(result.ok == 15 and result.scheduled_requests == 15 for result in results.values())
+    for result in results.values():  # 10 ms apart in a slice; the next one goes on from the
+        dues = [r.due_s for r in result.records]  # slice's end (no clock in the others' turns)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(dues)]
+        assert [gaps[i] for i in range(14) if i % 5 != 4] == pytest.approx([0.01] * 12)
+        assert gaps[4] >= 0.01 and gaps[9] >= 0.01
+        assert result.elapsed_s >= dues[-1]
+        lag = result.lag_s(99)
+        assert lag is not None and 0 <= lag <= result.max_lag_s
+    assert len(server.bodies) == 30
+    with pytest.raises(UserInputError, match="slices"):
+        run_slices(urls, Schedule.constant(1, 1), 0)
 
 
 def test_refused_connections_are_failures_without_an_answer() -> None:
