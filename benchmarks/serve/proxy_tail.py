@@ -9,13 +9,18 @@ own process. Measured per target, besides the client's p50 / p99:
 - in each proxy process: its event loop's lag (a 5 ms ticker's lateness) and its GC pauses;
 - at the generator: its lag behind its schedule, and the client p99 of the requests it sent on
   time (lag < 1 ms), so that the generator's own stalls are told apart from the proxy's.
+- per process (generator, replica, proxies), over the slices: CPU seconds and involuntary
+  context switches (the scheduler taking the CPU away), from /proc.
 
 Proxies: ``proxy`` (as the server runs it) and ``proxy-gc-frozen`` (``gc.freeze()`` then
 ``gc.disable()`` in its process: what the GC costs). The replica's capacity is measured first
 (closed loop, its service time at the replica), the rate is ``--fraction`` of it.
+Slices are 1 s by default: a proxy idle as long as the balancer's keep-alive (4 s) between its
+slices would reopen every replica connection at each slice's start.
 
     python benchmarks/serve/proxy_tail.py [--seconds 12] [--slices 12] [--work-ms 1]
-        [--fraction 0.7] [--rate N] [--proxies proxy,proxy-gc-frozen] [--json F]
+        [--fraction 0.7] [--rate N] [--proxies proxy,proxy-gc-frozen] [--replica-nice -5]
+        [--json F]
 """
 
 from __future__ import annotations
@@ -86,10 +91,14 @@ class _Tally:
         }
 
 
-def _replica(work_s: float) -> None:
+def _replica(work_s: float, nice: int) -> None:
     """``GET /NAME`` → ``ok`` after holding the one slot ``work_s`` asleep; tallies per NAME;
-    ``GET /_stats`` → the tallies (and starts new ones)."""
+    ``GET /_stats`` → the tallies (and starts new ones). ``nice`` < 0 (root only): ahead of the
+    machine's other processes, as if on a node of its own."""
     from aiohttp import web
+
+    if nice:
+        os.nice(nice)
 
     lock = asyncio.Lock()
     tallies: dict[str, _Tally] = {}
@@ -234,7 +243,7 @@ def _client(result: LoadResult) -> dict[str, Any]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     work = str(args.work_ms / 1000)
     with _children() as children:
-        replica = _Child("--role", "replica", "--work-s", work)
+        replica = _Child("--role", "replica", "--work-s", work, "--nice", str(args.replica_nice))
         children.append(replica)
         variants = {"proxy": (), "proxy-gc-frozen": ("--frozen",)}
         proxies = {
@@ -307,6 +316,9 @@ def main() -> None:
     parser.add_argument("--backend", default="")
     parser.add_argument("--work-s", type=float, default=0.001, help=argparse.SUPPRESS)
     parser.add_argument("--frozen", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--nice", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--replica-nice", type=int, default=0, help="e.g. -5 (root): the "
+                        "replica ahead of the rest, as on its own node")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--slices", type=int, default=12)
     parser.add_argument("--work-ms", type=float, default=1.0)
@@ -316,14 +328,15 @@ def main() -> None:
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     if args.role == "replica":
-        return _replica(args.work_s)
+        return _replica(args.work_s, args.nice)
     if args.role == "proxy":
         return _proxy(args.backend, args.frozen)
     started = time.time()
     result = measure(args)
     result = {"started_at": started, "load_average": os.getloadavg(),
               "args": {k: v for k, v in vars(args).items() if k in {"seconds", "slices",
-                       "work_ms", "fraction", "rate"}}, **result}  # fmt: skip
+                       "work_ms", "fraction", "rate", "proxies", "replica_nice"}},
+              **result}  # fmt: skip
     _print(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
