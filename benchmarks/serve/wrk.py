@@ -2,9 +2,9 @@
 throughput probe, when it is on PATH (``apt-get install wrk``); only against this machine.
 
 ``wrk_run(url, concurrency, seconds)`` → :class:`WrkResult` (``wrk -t1 -c{concurrency}
---latency``: one thread, whole seconds), or None without wrk. wrk keeps no per-request record,
-so this is its summary only: requests, failures (non-2xx/3xx answers and socket errors), the
-rate and p50 / p99.
+--latency``: one thread, whole seconds), or None without wrk; ``read_wrk`` reads its output.
+wrk keeps no per-request record, so this is its summary only: requests, failures (non-2xx/3xx
+answers and socket errors), the rate and p50 / p99.
 """
 
 from __future__ import annotations
@@ -40,6 +40,24 @@ def _percentile(out: str, label: str) -> float | None:
     return _ms(match.group(1)) if match else None
 
 
+def read_wrk(out: str, seconds: float) -> WrkResult:
+    """What ``wrk --latency`` printed (a run of ``seconds``), read back."""
+    total = re.search(r"(\d+) requests in", out)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    failed = int(bad.group(1)) if bad else 0
+    failed += sum(int(g) for g in errors.groups()) if errors else 0
+    return WrkResult(
+        seconds=seconds,
+        requests=int(total.group(1)) if total else 0,
+        failed=failed,
+        req_per_s=float(rate.group(1)) if rate else 0.0,
+        p50_ms=_percentile(out, "50"),
+        p99_ms=_percentile(out, "99"),
+    )
+
+
 def wrk_run(url: str, concurrency: int, seconds: float) -> WrkResult | None:
     """``wrk -t1 -c{concurrency} -d{seconds}s --latency url``; None when wrk is not installed."""
     binary = shutil.which("wrk")
@@ -53,17 +71,4 @@ def wrk_run(url: str, concurrency: int, seconds: float) -> WrkResult | None:
         check=True,
         timeout=duration + 30,
     ).stdout
-    total = re.search(r"(\d+) requests in", out)
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    failed = int(bad.group(1)) if bad else 0
-    failed += sum(int(g) for g in errors.groups()) if errors else 0
-    return WrkResult(
-        seconds=float(duration),
-        requests=int(total.group(1)) if total else 0,
-        failed=failed,
-        req_per_s=float(rate.group(1)) if rate else 0.0,
-        p50_ms=_percentile(out, "50"),
-        p99_ms=_percentile(out, "99"),
-    )
+    return read_wrk(out, float(duration))

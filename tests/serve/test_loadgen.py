@@ -1,6 +1,7 @@
-"""benchmarks/serve/loadgen.py: the rate schedule's arithmetic (pure), the loopback-only rule, and
-real runs against a trivial local HTTP server (every request recorded with its status, failures
-and refused connections counted, the command line's exit codes and JSON)."""
+"""benchmarks/serve/loadgen.py: the rate schedule's arithmetic (pure), the loopback-only rule, wrk's
+output read back (benchmarks/serve/wrk.py), and real runs against a trivial local HTTP server
+(every request recorded with its status, failures and refused connections counted, slices taking
+turns, the command line's exit codes and JSON)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from benchmarks.serve.loadgen import (
     run_slices,
 )
 from benchmarks.serve.stats import LoadResult, RequestRecord, percentile
+from benchmarks.serve.wrk import WrkResult, read_wrk
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -133,6 +135,27 @@ def test_the_summary_adds_records_up() -> None:
     assert [row["failed"] for row in result.timeline()] == [0, 2]
     assert "failed 2 (503 ×1, no answer ×1)" in result.table()
     assert percentile([], 50) is None
+
+
+WRK_OUTPUT = """Running 1s test @ http://127.0.0.1:18777/x
+  1 threads and 4 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     2.56ms  842.84us   9.25ms   74.85%
+  Latency Distribution
+     50%  842.84us
+     75%    2.95ms
+     90%    3.61ms
+     99%    1.20s
+  1531 requests in 1.00s, 777.46KB read
+  Socket errors: connect 0, read 2, write 1, timeout 0
+  Non-2xx or 3xx responses: 7
+Requests/sec:   1525.93
+"""
+
+
+def test_wrk_s_summary_is_read_back_in_milliseconds() -> None:
+    assert read_wrk(WRK_OUTPUT, 1.0) == WrkResult(1.0, 1531, 10, 1525.93, 0.843, 1200.0)
+    assert read_wrk("", 2.0) == WrkResult(2.0, 0, 0, 0.0, None, None)
 
 
 # --- real runs against a trivial server ---
