@@ -226,3 +226,24 @@ def test_judging_takes_peers_min_ratio_minimums_and_the_families_that_count() ->
                                                           "disk.seq_read": True}  # fmt: skip
     alone = judged([slow], AcceptancePolicy())[0]
     assert alone.failed() == []  # one node and no datasheet: nothing to judge it against
+
+
+def test_a_refused_terminate_after_the_verdict_is_issued_again_and_nothing_is_doubled(
+    engine: Engine, provider: FakeProvider, clock: VirtualClock
+) -> None:
+    agents = BenchAgents()
+    rec = _reconciler(engine, provider, agents, clock)
+    cid = _cluster(engine, clock)
+    _until(rec, clock, engine, cid, C.SETTING_UP)
+    first, second = provider.live()
+    assert first != second
+    agents.speed[second] = 0.2
+    rec.run_pass()  # the benches submitted (and, in the double, done)
+    provider.unavailable = 2  # this pass's listing and the terminate after the verdict fail
+    rec.run_pass()
+    row = cluster_row(engine, cid)
+    assert row.status is C.PROVISIONING and second in provider.live()
+    assert {n.instance_id: n.state for n in row.nodes}[second] is NodeState.TERMINATING
+    row = _until(rec, clock, engine, cid, C.RUNNING)
+    assert second not in provider.live() and len(provider.live()) == 2
+    assert len(row.intents) == 2 and len(row.task["acceptance"]["failures"]) == 1
