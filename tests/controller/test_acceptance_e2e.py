@@ -1,6 +1,6 @@
 """Acceptance on launch end to end (the issue's "done when"): a real server, a 2-node cluster on
 the real local provider whose rank-1 node's agent — and so its bench — runs in a cgroup v1 ``cpu``
-group held to a fifth of a CPU (``providers.local.node_cgroups``). The quick bench on both nodes
+group held to a tenth of a CPU (``providers.local.node_cgroups``). The quick bench on both nodes
 finds that node's matmul far below its peer's: it is terminated and replaced (a node launched
 alone, outside the cgroup), the bench runs again and passes, the task runs on the accepted
 nodes, the cluster's history names the failed check with its figure, and the offer is ranked
@@ -23,7 +23,7 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
-QUOTA_US, PERIOD_US = 20_000, 100_000  # a fifth of one CPU
+QUOTA_US, PERIOD_US = 10_000, 100_000  # a tenth of one CPU
 
 
 def _missing(why: str) -> None:
