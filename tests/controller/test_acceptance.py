@@ -247,3 +247,19 @@ def test_a_refused_terminate_after_the_verdict_is_issued_again_and_nothing_is_do
     row = _until(rec, clock, engine, cid, C.RUNNING)
     assert second not in provider.live() and len(provider.live()) == 2
     assert len(row.intents) == 2 and len(row.task["acceptance"]["failures"]) == 1
+
+
+def test_a_lone_node_below_a_minimum_is_replaced_too(
+    engine: Engine, provider: FakeProvider, clock: VirtualClock
+) -> None:
+    agents = BenchAgents()
+    rec = _reconciler(engine, provider, agents, clock)
+    run = RunSpec(run="python train.py", acceptance={**ACCEPT, "minimums": {"matmul.fp32": 0.04}})
+    cid = new_cluster(engine, clock, plans=(target(),), run=run)
+    _until(rec, clock, engine, cid, C.SETTING_UP)
+    (lone,) = provider.live()
+    agents.speed[lone] = 0.5  # 0.025 TFLOP/s, below the task's 0.04
+    row = _until(rec, clock, engine, cid, C.RUNNING)
+    assert lone not in provider.live() and len(row.intents) == 2
+    assert any("matmul.fp32 0.025 TFLOP/s, 0.62 of task (0.04)" in r
+               for r in _cluster_reasons(engine, cid))  # fmt: skip

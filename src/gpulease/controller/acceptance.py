@@ -287,7 +287,8 @@ def _verdict(
     fresh = [_failure_record(snap, n, why[n.id], until, state.round) for n in failing]
     records = [r for r in fresh if (r["instance_id"], r["round"]) not in seen]  # once each
     failures = (*state.failures, *records)[-MAX_FAILURES_KEPT:]
-    if state.replacements + len(failing) <= policy.max_replacements and len(failing) < len(nodes):
+    some = len(failing) < len(nodes) or len(nodes) == 1  # all of several failing: the offer's
+    if state.replacements + len(failing) <= policy.max_replacements and some:
         after = replace(state, round=state.round + 1, failures=failures,
                         replacements=state.replacements + len(failing))  # fmt: skip
         reasons = {n.id: f"acceptance failed: {why[n.id]}" for n in failing}
@@ -296,7 +297,7 @@ def _verdict(
         # the rows first (intent before side effect), then the provider call
         return [ReplaceNodes(reasons, after.to_json(), replacing), *_terminate(failing)]
     after = replace(state, failures=failures)
-    left = "no replacement left" if len(failing) < len(nodes) else "every node failed"
+    left = "no replacement left" if some else "every node failed"
     error = f"{summary} ({left})"
     return [RecordAcceptance(after.to_json(), error), *give_up_target(snap, error)]
 
