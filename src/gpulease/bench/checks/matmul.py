@@ -1,0 +1,105 @@
+"""``matmul.<dtype>``: dense matrix-multiply throughput. On GPUs, per dtype the part has a
+datasheet peak for (fp32, tf32, bf16, fp16, fp8 through ``torch._scaled_mm``), square sizes that
+saturate it, timed with CUDA events (median of repeats after a warm-up), against the dense peak
+(``reference_source="datasheet"``). On a CPU node, ``matmul.fp32`` with numpy (the BLAS numpy
+links), without a reference: peers and history judge it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpulease.bench.checks import failed
+from gpulease.bench.checks.timing import cuda_median_s, median_s
+from gpulease.bench.report import Check
+
+if TYPE_CHECKING:
+    from gpulease.bench.checks import CheckContext
+    from gpulease.bench.options import BenchOptions
+
+GPU_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+CPU_SIZE = {True: 1024, False: 2048}  # quick: ~2 GFLOP a product
+GPU_SIZE = {True: 8192, False: 16384}
+
+
+def matmul_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
+    if ctx.device == "cuda":
+        return gpu_matmul(options, ctx)
+    return [cpu_matmul(options, ctx)]
+
+
+def cpu_matmul(options: BenchOptions, ctx: CheckContext) -> Check:
+    """numpy fp32 ``n×n @ n×n``: 2n³ FLOPs, median of repeats."""
+    import numpy as np
+
+    n = CPU_SIZE[options.quick]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    repeats = 5 if options.quick else 9
+    seconds = median_s(lambda: np.matmul(a, b, out=out), ctx.timer, repeats=repeats)
+    tflops = 2 * n**3 / seconds / 1e12
+    return Check.measured("matmul.fp32", tflops, detail=f"numpy {n}×{n} fp32, median of "
+                          f"{repeats} (no datasheet for CPUs: judged by peers and history)",
+                          extra={"n": n, "dtype": "fp32", "backend": "numpy"})  # fmt: skip
+
+
+def gpu_dtypes(ctx: CheckContext) -> list[str]:
+    """The dtypes to measure: those the part has a native datasheet peak for (all five when
+    the part is not known, fp8 only where torch can run it)."""
+    native = set(ctx.spec.tflops) if ctx.spec is not None else set(GPU_DTYPES)
+    return [d for d in GPU_DTYPES if d in native]
+
+
+def gpu_matmul(options: BenchOptions, ctx: CheckContext) -> list[Check]:
+    import torch
+
+    checks = []
+    for dtype in gpu_dtypes(ctx):
+        try:
+            checks.append(_gpu_dtype(torch, dtype, options, ctx))
+        except Exception as exc:  # one dtype failing (fp8 unsupported, OOM) keeps the others
+            name = f"matmul.{dtype}"
+            if dtype == "fp8" and isinstance(exc, (RuntimeError, AttributeError)):
+                checks.append(Check.skipped(name, f"fp8 matmul cannot run here: {exc}"))
+            else:
+                checks.append(failed(name, exc))
+        finally:
+            torch.cuda.empty_cache()
+    return checks
+
+
+def _operands(torch: Any, dtype: str, n: int) -> tuple[Any, Any, Any]:
+    """The two operands and the product to time for ``dtype``."""
+    torch_dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+                   "fp16": torch.float16, "fp8": torch.bfloat16}[dtype]  # fmt: skip
+    a = torch.randn(n, n, device="cuda", dtype=torch_dtype)
+    b = torch.randn(n, n, device="cuda", dtype=torch_dtype)
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    if dtype != "fp8":
+        out = torch.empty(n, n, device="cuda", dtype=torch_dtype)
+        return a, b, lambda: torch.mm(a, b, out=out)
+    a8 = a.to(torch.float8_e4m3fn)
+    b8 = b.to(torch.float8_e4m3fn).t()  # _scaled_mm wants the second operand column-major
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return a8, b8, lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
+                                            out_dtype=torch.bfloat16)  # fmt: skip
+
+
+def _gpu_dtype(torch: Any, dtype: str, options: BenchOptions, ctx: CheckContext) -> Check:
+    n = GPU_SIZE[options.quick] if dtype != "fp32" else GPU_SIZE[True]
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        _a, _b, product = _operands(torch, dtype, n)
+        repeats = 5 if options.quick else 11
+        seconds = cuda_median_s(torch, product, repeats=repeats, inner=3 if options.quick else 5)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    tflops = 2 * n**3 / seconds / 1e12
+    peak = ctx.spec.tflops.get(dtype) if ctx.spec is not None else None
+    part = ctx.spec.part if ctx.spec is not None else "unknown part"
+    return Check.measured(f"matmul.{dtype}", tflops, reference=peak, reference_source="datasheet",
+                          detail=f"torch {n}×{n} {dtype} on cuda:0, CUDA events, median of "
+                          f"{repeats}; reference: {part} dense peak",
+                          extra={"n": n, "dtype": dtype, "gpu": ctx.gpu_name})  # fmt: skip

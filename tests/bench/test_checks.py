@@ -1,0 +1,111 @@
+"""The bench's CPU checks measured for real in quick mode (numpy matmul and memcpy, a real file
+written and read with direct I/O and without, a real ``local://`` checkpoint store), the GPU
+checks skipping with their reasons on this CPU machine, and the datasheet verdicts of the GPU
+checks on a spec made up for the test."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from gpulease.bench.checks import CheckContext
+from gpulease.bench.checks.disk import disk_checks, measure
+from gpulease.bench.checks.gpu import count_check, memory_check, topology_check
+from gpulease.bench.checks.matmul import cpu_matmul, gpu_dtypes
+from gpulease.bench.checks.memory import host_bandwidth
+from gpulease.bench.checks.store import store_checks
+from gpulease.bench.options import BenchOptions, Expected
+from gpulease.bench.references import spec_for
+from gpulease.catalog.types import AcceleratorSpec
+from gpulease.storage import LocalStore
+
+QUICK = BenchOptions(quick=True)
+CPU = CheckContext("cpu", 0, None, None, "no NVIDIA driver here")
+
+SPEC = AcceleratorSpec(part="X-SXM", name="X", vendor="NVIDIA", architecture="test",
+                       generation="hopper", form_factor="SXM5", memory_gb=80.0,
+                       memory_bandwidth_gbps=3000.0, tflops={"fp32": 60.0, "bf16": 900.0},
+                       interconnect="nvlink", intra_node_gbps=900.0, tdp_w=700.0,
+                       release_year=2024, source="made up for the test")  # fmt: skip
+
+
+def test_numpy_matmul_and_memcpy_give_positive_figures_without_a_reference() -> None:
+    matmul = cpu_matmul(QUICK, CPU)
+    assert matmul.name == "matmul.fp32" and matmul.figure is not None and matmul.figure > 0
+    assert (matmul.verdict, matmul.reference) == ("info", None) and matmul.extra["n"] == 1024
+    memory = host_bandwidth(QUICK, CPU)
+    assert memory.figure is not None and memory.figure > 0 and memory.extra["where"] == "host"
+
+
+def test_disk_writes_and_reads_a_real_file_and_removes_it(tmp_path: Path) -> None:
+    checks = disk_checks(BenchOptions(quick=True, workdir=tmp_path), CPU)
+    assert [c.name for c in checks] == ["disk.seq_write", "disk.seq_read", "disk.rand_read_iops"]
+    assert all(c.figure is not None and c.figure > 0 and c.verdict == "info" for c in checks)
+    assert checks[0].extra["direct"] is True and "O_DIRECT" in checks[0].detail  # ext4 here
+    assert list(tmp_path.iterdir()) == []
+    buffered = measure(tmp_path / "f.bin", 2 << 20, 100, CPU.timer, direct=False)
+    assert all(c.figure is not None and c.figure > 0 for c in buffered)
+    assert "page cache dropped" in buffered[1].detail and not (tmp_path / "f.bin").exists()
+    gone = disk_checks(BenchOptions(workdir=tmp_path / "missing"), CPU)
+    assert {c.verdict for c in gone} == {"skip"} and "does not exist" in gone[0].detail
+
+
+def test_store_reads_a_real_local_store_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    store = LocalStore(root)
+    store.write(7, {"model.bin": b"weights"})
+    (tmp_path / "work").mkdir()
+    options = BenchOptions(quick=True, workdir=tmp_path / "work", store=f"local://{root}")
+    (check,) = store_checks(options, CPU)
+    assert check.name == "store.read" and check.figure is not None and check.figure > 0
+    assert check.extra["bytes"] == 32_000_000 and "checksums verified" in check.detail
+    assert [p.name for p in root.iterdir()] == ["step-7"] and store.list_complete() == [7]
+    assert list((tmp_path / "work").iterdir()) == []
+    (skipped,) = store_checks(BenchOptions(), CPU)
+    assert skipped.verdict == "skip" and "--store" in skipped.detail
+
+
+def test_sold_gpus_and_memory_pass_or_fail_outright() -> None:
+    sold = BenchOptions(expected=Expected(accelerator="X", gpu_count=8, gpu_memory_gb=80.0))
+    ctx = replace(CPU, spec=SPEC)
+    assert count_check(8, sold, ctx).verdict == "pass"
+    short = count_check(7, sold, ctx)
+    assert (short.verdict, short.reference_source, short.ratio) == ("fail", "offer", 7 / 8)
+    assert memory_check([85.1] * 8, sold, ctx).verdict == "pass"
+    small = memory_check([85.1] * 7 + [42.5], sold, ctx)
+    assert small.verdict == "fail" and small.figure == 42.5
+    by_sheet = memory_check([85.1], BenchOptions(), ctx)
+    assert (by_sheet.reference, by_sheet.reference_source) == (80.0, "datasheet")
+    assert count_check(8, BenchOptions(), CPU).verdict == "info"  # nothing sold to compare
+
+
+def test_topology_against_the_datasheet_and_a_missing_nvlink() -> None:
+    ctx = replace(CPU, spec=SPEC)
+    full = {"nvlink_links": 18, "nvlink_gbps": 900.0, "pcie": "gen5 x16", "pcie_gbps": 128.0}
+    half = {**full, "nvlink_links": 9, "nvlink_gbps": 450.0}
+    none = {**full, "nvlink_links": 0, "nvlink_gbps": 0.0}
+    assert topology_check([full] * 8, QUICK, ctx).verdict == "pass"
+    degraded = topology_check([full] * 7 + [half], QUICK, ctx)
+    assert (degraded.figure, degraded.ratio, degraded.verdict) == (450.0, 0.5, "warn")
+    lost = topology_check([none] * 8, QUICK, ctx)
+    assert lost.verdict == "fail" and "sold with NVLink" in lost.detail
+    assert topology_check([full], QUICK, ctx).verdict == "info"  # one GPU: no link to judge
+
+
+def test_matmul_dtypes_follow_the_datasheet() -> None:
+    assert gpu_dtypes(replace(CPU, spec=SPEC)) == ["fp32", "bf16"]
+    assert gpu_dtypes(CPU) == ["fp32", "tf32", "bf16", "fp16", "fp8"]  # part unknown: try all
+
+
+def test_the_datasheet_part_is_narrowed_by_what_is_known() -> None:
+    def part(*args: str | None, interconnect: str | None = None) -> str | None:
+        spec, _how = spec_for(*args, interconnect=interconnect)  # type: ignore[arg-type]
+        return spec.part if spec is not None else None
+
+    assert part("A100", interconnect="nvlink") == "A100-SXM4-40GB"
+    assert part("A100", "NVIDIA A100-PCIE-40GB") == "A100-PCIe-40GB"
+    assert part("A100", "NVIDIA A100-SXM4-40GB") == "A100-SXM4-40GB"
+    slowest, how = spec_for("A100")
+    assert slowest is not None and slowest.part == "A100-PCIe-40GB" and "not named" in how
+    assert part("H100-SXM") == "H100-SXM" and part(None, "NVIDIA H200") == "H200-SXM"
+    assert spec_for("NoSuchGPU") == (None, "no datasheet for NoSuchGPU")
