@@ -15,7 +15,7 @@ from gpulease.bench.checks.matmul import cpu_matmul, gpu_dtypes
 from gpulease.bench.checks.memory import host_bandwidth
 from gpulease.bench.checks.store import store_checks
 from gpulease.bench.options import BenchOptions, Expected
-from gpulease.bench.references import spec_for
+from gpulease.bench.references import published, published_for, spec_for
 from gpulease.catalog.types import AcceleratorSpec
 from gpulease.storage import LocalStore
 
@@ -97,15 +97,26 @@ def test_matmul_dtypes_follow_the_datasheet() -> None:
     assert gpu_dtypes(CPU) == ["fp32", "tf32", "bf16", "fp16", "fp8"]  # part unknown: try all
 
 
-def test_the_datasheet_part_is_narrowed_by_what_is_known() -> None:
-    def part(*args: str | None, interconnect: str | None = None) -> str | None:
-        spec, _how = spec_for(*args, interconnect=interconnect)  # type: ignore[arg-type]
-        return spec.part if spec is not None else None
+def _part(name: str | None, gpu: str | None = None, link: str | None = None) -> str | None:
+    spec, _how = spec_for(name, gpu, link)
+    return spec.part if spec is not None else None
 
-    assert part("A100", interconnect="nvlink") == "A100-SXM4-40GB"
-    assert part("A100", "NVIDIA A100-PCIE-40GB") == "A100-PCIe-40GB"
-    assert part("A100", "NVIDIA A100-SXM4-40GB") == "A100-SXM4-40GB"
+
+def test_the_datasheet_part_is_narrowed_by_what_is_known() -> None:
+    assert _part("A100", link="nvlink") == "A100-SXM4-40GB"
+    assert _part("A100", "NVIDIA A100-PCIE-40GB") == "A100-PCIe-40GB"
+    assert _part("A100", "NVIDIA A100-SXM4-40GB") == "A100-SXM4-40GB"
     slowest, how = spec_for("A100")
     assert slowest is not None and slowest.part == "A100-PCIe-40GB" and "not named" in how
-    assert part("H100-SXM") == "H100-SXM" and part(None, "NVIDIA H200") == "H200-SXM"
+    assert _part("H100-SXM") == "H100-SXM" and _part(None, "NVIDIA H200") == "H200-SXM"
     assert spec_for("NoSuchGPU") == (None, "no datasheet for NoSuchGPU")
+
+
+def test_published_figures_are_cited_and_found_by_part() -> None:
+    rows = published()
+    assert rows and all(r.source_url.startswith("https://") and r.source_date for r in rows)
+    a100, _how = spec_for("A100-SXM4-80GB")
+    cited = published_for(a100, "train.resnet50", "mixed")
+    assert cited is not None and (cited.figure, cited.batch) == (2470.0, 256)
+    assert published_for(a100, "train.resnet50", "fp32") is None
+    assert published_for(spec_for("H200")[0], "train.resnet50", "mixed") is None  # none cited
