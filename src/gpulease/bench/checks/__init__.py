@@ -8,6 +8,7 @@ torch.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,18 @@ class CheckContext:
 
 
 CheckFunction = Callable[["BenchOptions", CheckContext], list[Check]]
+
+
+def gpus_unusable(name: str, ctx: CheckContext) -> Check | None:
+    """Check ``name`` on a node whose GPUs torch cannot use: ``fail`` (a driver or CUDA
+    mismatch: the node is broken for GPU work), ``skip`` when torch is not installed at all;
+    None when there is no such problem (torch runs on the GPUs, or there are none)."""
+    if ctx.device == "cuda" or ctx.gpu_count == 0:
+        return None
+    why = f"{ctx.gpu_count} GPUs here, but {ctx.no_cuda}"
+    if importlib.util.find_spec("torch") is None:
+        return Check.skipped(name, why)
+    return Check(name, None, unit_of(name), verdict="fail", detail=why)
 
 
 def failed(name: str, exc: BaseException) -> Check:

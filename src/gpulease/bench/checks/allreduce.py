@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from gpulease.bench.checks import gpus_unusable
 from gpulease.bench.checks.timing import median_s
 from gpulease.bench.report import Check
 
@@ -56,7 +57,9 @@ def _single(options: BenchOptions, ctx: CheckContext) -> str | None:
 
 def node_allreduce(options: BenchOptions, ctx: CheckContext) -> Check:
     if ctx.device != "cuda":
-        return Check.skipped("allreduce.node", ctx.no_cuda or "no GPU")
+        return gpus_unusable("allreduce.node", ctx) or Check.skipped(
+            "allreduce.node", ctx.no_cuda or "no GPU"
+        )
     if ctx.gpu_count < 2:
         return Check.skipped("allreduce.node", "one GPU: nothing to reduce across")
     import torch

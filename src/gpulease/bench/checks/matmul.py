@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpulease.bench.checks import failed
+from gpulease.bench.checks import failed, gpus_unusable
 from gpulease.bench.checks.timing import cuda_median_s, median_s
 from gpulease.bench.report import Check
 
@@ -25,7 +25,7 @@ GPU_SIZE = {True: 8192, False: 16384}
 def matmul_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
     if ctx.device == "cuda":
         return gpu_matmul(options, ctx)
-    return [cpu_matmul(options, ctx)]
+    return [gpus_unusable("matmul.fp32", ctx) or cpu_matmul(options, ctx)]
 
 
 def cpu_matmul(options: BenchOptions, ctx: CheckContext) -> Check:
@@ -84,7 +84,8 @@ def _operands(torch: Any, dtype: str, n: int) -> tuple[Any, Any, Any]:
     b8 = b.to(torch.float8_e4m3fn).t()  # _scaled_mm wants the second operand column-major
     one = torch.ones((), device="cuda", dtype=torch.float32)
     return a8, b8, lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
-                                            out_dtype=torch.bfloat16)  # fmt: skip
+                                            out_dtype=torch.bfloat16,
+                                            use_fast_accum=True)  # fmt: skip
 
 
 def _gpu_dtype(torch: Any, dtype: str, options: BenchOptions, ctx: CheckContext) -> Check:

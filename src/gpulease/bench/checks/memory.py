@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpulease.bench.checks import gpus_unusable
 from gpulease.bench.checks.timing import cuda_median_s, median_s
 from gpulease.bench.report import Check
 
@@ -22,7 +23,7 @@ DEVICE_MB = {True: 1024, False: 4096}
 def memory_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
     if ctx.device == "cuda":
         return [device_bandwidth(options, ctx)]
-    return [host_bandwidth(options, ctx)]
+    return [gpus_unusable("memory.bandwidth", ctx) or host_bandwidth(options, ctx)]
 
 
 def host_bandwidth(options: BenchOptions, ctx: CheckContext) -> Check:

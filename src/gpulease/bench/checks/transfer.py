@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpulease.bench.checks import gpus_unusable
 from gpulease.bench.checks.device import nvml
 from gpulease.bench.checks.timing import cuda_median_s
 from gpulease.bench.report import Check
@@ -22,7 +23,9 @@ SIZE_MB = {True: 256, False: 1024}
 def transfer_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
     if ctx.device != "cuda":
         why = ctx.no_cuda or "no GPU"
-        return [Check.skipped("h2d.pinned", why), Check.skipped("d2h.pinned", why)]
+        return [
+            gpus_unusable(n, ctx) or Check.skipped(n, why) for n in ("h2d.pinned", "d2h.pinned")
+        ]
     import torch
 
     size = SIZE_MB[options.quick] * 1_000_000
