@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpulease.bench.checks import CheckContext
 from gpulease.bench.checks.disk import disk_checks, measure
-from gpulease.bench.checks.gpu import count_check, memory_check, topology_check
+from gpulease.bench.checks.gpu import count_check, memory_check, none_found, topology_check
 from gpulease.bench.checks.matmul import cpu_matmul, gpu_dtypes
 from gpulease.bench.checks.memory import host_bandwidth
 from gpulease.bench.checks.store import store_checks
@@ -77,6 +77,9 @@ def test_sold_gpus_and_memory_pass_or_fail_outright() -> None:
     by_sheet = memory_check([85.1], BenchOptions(), ctx)
     assert (by_sheet.reference, by_sheet.reference_source) == (80.0, "datasheet")
     assert count_check(8, BenchOptions(), CPU).verdict == "info"  # nothing sold to compare
+    gone = none_found("no NVIDIA driver here", sold)
+    assert [c.verdict for c in gone] == ["fail", "skip", "skip"] and gone[0].figure == 0.0
+    assert [c.verdict for c in none_found("no driver", BenchOptions())] == ["skip"] * 3
 
 
 def test_topology_against_the_datasheet_and_a_missing_nvlink() -> None:

@@ -16,7 +16,7 @@ import pytest
 from gpulease.bench import checks
 from gpulease.bench.__main__ import options_from
 from gpulease.bench.judge import against_peers
-from gpulease.bench.options import BenchOptions, Rendezvous
+from gpulease.bench.options import BenchOptions, Expected, Rendezvous
 from gpulease.bench.report import report_from_output
 from gpulease.bench.runner import run_bench
 from tests.prometheus import free_port
@@ -64,6 +64,15 @@ def test_a_broken_family_is_reported_and_the_run_goes_on(
     assert report.verdict == "fail"
 
 
+def test_a_node_sold_with_gpus_that_has_none_fails_its_count() -> None:
+    sold = Expected(accelerator="NoSuchGPU", gpu_count=8)
+    report = run_bench(BenchOptions(quick=True, only=("gpu", "matmul"), expected=sold))
+    count = report.check("gpu.count")
+    assert count is not None and (count.figure, count.verdict) == (0.0, "fail")
+    assert "the offer sold 8" in count.detail and report.accelerator == "NoSuchGPU"
+    assert report.check("matmul.fp32") is not None  # the CPU is still measured
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
@@ -71,7 +80,7 @@ def test_a_broken_family_is_reported_and_the_run_goes_on(
         (["--rendezvous", "host-without-port", "--rank", "0", "--world", "2"], "--rendezvous"),
         (["--rendezvous", "h:29500", "--rank", "2", "--world", "2"], "--rank"),
         (["--rank", "0"], "--rank"),
-        (["--accelerator", "NoSuchGPU"], "--accelerator"),
+        (["--accelerator", " "], "--accelerator"),
         (["--gpus", "-1"], "--gpus"),
         (["--gpus", "many"], "--gpus"),
         (["--interconnect", "carrier-pigeon"], "--interconnect"),

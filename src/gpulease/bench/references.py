@@ -23,15 +23,9 @@ def _gpu_specs() -> list[AcceleratorSpec]:
     return [s for s in bundled_specs().values() if s.part != CPU_PART]
 
 
-def known_accelerators() -> list[str]:
-    """The accelerator names and parts the datasheet knows (for ``--accelerator``)."""
-    specs = _gpu_specs()
-    return sorted({s.name for s in specs} | {s.part for s in specs})
-
-
 def parts_named(name: str) -> list[AcceleratorSpec]:
     """The parts sold as ``name`` (``H100`` → SXM, PCIe, NVL), or the part itself; any case."""
-    wanted = name.strip().lower()
+    wanted = name.strip().lower().replace("_", "-")
     specs = _gpu_specs()
     by_name = [s for s in specs if s.name.lower() == wanted]
     return sorted(by_name or [s for s in specs if s.part.lower() == wanted], key=lambda s: s.part)

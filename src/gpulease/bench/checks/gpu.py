@@ -23,15 +23,24 @@ NVLINK_GBPS = {1: 40.0, 2: 50.0, 3: 50.0, 4: 50.0, 5: 100.0}  # per link, both d
 PCIE_LANE_GBPS = {1: 0.5, 2: 1.0, 3: 2.0, 4: 4.0, 5: 8.0, 6: 16.0}  # per lane, both directions
 
 
+def none_found(why: str, options: BenchOptions) -> list[Check]:
+    """No GPU here: skipped — but ``gpu.count`` fails when the offer sold some."""
+    sold = options.expected.gpu_count
+    checks = [Check.skipped(n, why) for n in ("gpu.count", "gpu.memory", "gpu.topology")]
+    if sold:
+        checks[0] = Check.measured("gpu.count", 0.0, reference=sold, reference_source="offer",
+                                   detail=f"{why}; the offer sold {sold}")  # fmt: skip
+    return checks
+
+
 def gpu_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
     lib, why = nvml()
     if lib is None:
-        return [Check.skipped(n, why) for n in ("gpu.count", "gpu.memory", "gpu.topology")]
+        return none_found(why, options)
     try:
         handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
         if not handles:
-            why = "NVML finds no GPU on this node"
-            return [Check.skipped(n, why) for n in ("gpu.count", "gpu.memory", "gpu.topology")]
+            return none_found("NVML finds no GPU on this node", options)
         memory_gb = [lib.nvmlDeviceGetMemoryInfo(h).total / 1e9 for h in handles]
         links = [gpu_link(lib, h) for h in handles]
     finally:

@@ -99,8 +99,8 @@ def _gpu_dtype(torch: Any, dtype: str, options: BenchOptions, ctx: CheckContext)
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     tflops = 2 * n**3 / seconds / 1e12
     peak = ctx.spec.tflops.get(dtype) if ctx.spec is not None else None
-    part = ctx.spec.part if ctx.spec is not None else "unknown part"
+    part = ctx.notes.get("reference", "no datasheet")
     return Check.measured(f"matmul.{dtype}", tflops, reference=peak, reference_source="datasheet",
                           detail=f"torch {n}×{n} {dtype} on cuda:0, CUDA events, median of "
-                          f"{repeats}; reference: {part} dense peak",
+                          f"{repeats}; reference: {part}, dense peak",
                           extra={"n": n, "dtype": dtype, "gpu": ctx.gpu_name})  # fmt: skip
