@@ -12,7 +12,8 @@ agree with plain measurements of the same thing taken in the same run.
    of as many repeats after a warm-up: a ratio near 1 means the bench adds nothing and loses
    nothing);
    ``disk.seq_write`` / ``disk.seq_read`` against ``dd bs=1M oflag=direct conv=fsync`` /
-   ``iflag=direct`` of the same size in the same directory (the seconds ``dd`` reports itself).
+   ``iflag=direct`` of the same size in the same directory (the seconds ``dd`` reports itself):
+   32 MiB around each quick run, 256 MiB before and after the full run (their mean).
 
 Prints Markdown tables (the ones in benchmarks/README.md).
 """
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 MATMUL_N = 1024  # the quick run's size
 DISK_MIB = 32  # the quick run's size
+FULL_DISK_MIB = 256  # the full run's
 
 
 def _timed(argv: list[str]) -> tuple[float, str]:
@@ -79,17 +81,17 @@ def _dd_seconds(argv: list[str]) -> float:
     return float(line.split(" copied, ")[1].split(" s")[0].replace(",", "."))
 
 
-def plain_dd(workdir: Path) -> tuple[float, float]:
-    """MB/s of ``dd`` writing (O_DIRECT, fsync) then reading (O_DIRECT) DISK_MIB MiB."""
+def plain_dd(workdir: Path, mib: int = DISK_MIB) -> tuple[float, float]:
+    """MB/s of ``dd`` writing (O_DIRECT, fsync) then reading (O_DIRECT) ``mib`` MiB."""
     path = Path(tempfile.mkdtemp(dir=workdir)) / "dd.bin"
     try:
-        write_s = _dd_seconds(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={DISK_MIB}",
+        write_s = _dd_seconds(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}",
                                "oflag=direct", "conv=fsync"])  # fmt: skip
         read_s = _dd_seconds(["dd", f"if={path}", "of=/dev/null", "bs=1M", "iflag=direct"])
     finally:
         path.unlink(missing_ok=True)
         path.parent.rmdir()
-    mb = DISK_MIB * 1.048576
+    mb = mib * 1.048576
     return mb / write_s, mb / read_s
 
 
@@ -115,15 +117,21 @@ def run(repeat: int, workdir: Path, full: bool) -> dict[str, Any]:
     result: dict[str, Any] = {k: statistics.median(v) for k, v in rows.items()}
     result.update(python_start_s=start_s, repeat=repeat, quick_report_wall_s=report["wall_s"])
     if full:
+        before = plain_dd(workdir, FULL_DISK_MIB)
         store = Path(tempfile.mkdtemp(dir=workdir))
         try:
             seconds, full_report = bench(workdir, "--store", f"local://{store}")
         finally:
             store.rmdir()
+        after = plain_dd(workdir, FULL_DISK_MIB)
         result.update(
             full_s=seconds,
             full_report_wall_s=full_report["wall_s"],
             full_checks={c["name"]: c["figure"] for c in full_report["checks"]},
+            full_bench_write=_figure(full_report, "disk.seq_write"),
+            full_bench_read=_figure(full_report, "disk.seq_read"),
+            full_dd_write=statistics.mean((before[0], after[0])),
+            full_dd_read=statistics.mean((before[1], after[1])),
         )
     return result
 
@@ -143,11 +151,17 @@ def table(r: dict[str, Any]) -> str:
         "| figure | the bench | plain baseline | bench ÷ baseline |",
         "|---|---:|---:|---:|",
     ]
-    for name, ours, theirs, base in (
+    pairs = [
         ("matmul.fp32 (TFLOP/s)", "bench_matmul", "plain_matmul", f"numpy `a @ b` n={MATMUL_N}"),
         ("disk.seq_write (MB/s)", "bench_write", "dd_write", "`dd oflag=direct conv=fsync`"),
         ("disk.seq_read (MB/s)", "bench_read", "dd_read", "`dd iflag=direct`"),
-    ):  # fmt: skip
+    ]
+    if "full_bench_write" in r:
+        pairs += [
+            ("full disk.seq_write (MB/s)", "full_bench_write", "full_dd_write", "the same dd"),
+            ("full disk.seq_read (MB/s)", "full_bench_read", "full_dd_read", "the same dd"),
+        ]
+    for name, ours, theirs, base in pairs:
         lines.append(
             f"| {name} vs {base} | {r[ours]:.4g} | {r[theirs]:.4g} | {r[ours] / r[theirs]:.2f} |"
         )
