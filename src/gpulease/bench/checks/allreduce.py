@@ -21,6 +21,7 @@ from gpulease.bench.report import Check
 
 if TYPE_CHECKING:
     from gpulease.bench.checks import CheckContext
+    from gpulease.bench.checks.cluster import ClusterGroup
     from gpulease.bench.options import BenchOptions
 
 NODE_MB = {True: 256, False: 1024}
@@ -34,25 +35,25 @@ def bus_gbps(nbytes: int, seconds: float, ranks: int) -> float:
 
 
 def allreduce_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
-    checks = [node_allreduce(options, ctx)]
-    why = _single(options, ctx)
-    checks.append(Check.skipped("allreduce.cluster", why) if why else
-                  cluster_allreduce(options, ctx))  # fmt: skip
-    return checks
+    group = _group(ctx)
+    if isinstance(group, str):
+        return [node_allreduce(options, ctx), Check.skipped("allreduce.cluster", group)]
+    return [node_allreduce(options, ctx), cluster_allreduce(options, ctx, group)]
 
 
 def net_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
-    why = _single(options, ctx)
-    return [Check.skipped("net.latency", why) if why else latency(options, ctx)]
+    group = _group(ctx)
+    return [Check.skipped("net.latency", group) if isinstance(group, str) else
+            latency(options, ctx, group)]  # fmt: skip
 
 
-def _single(options: BenchOptions, ctx: CheckContext) -> str | None:
-    """Why the cross-node checks cannot run (None when they can)."""
-    if options.rendezvous is None or ctx.cluster is None:
+def _group(ctx: CheckContext) -> ClusterGroup | str:
+    """The cluster's process group, or why the cross-node checks cannot run."""
+    if ctx.cluster is None:
         return "a single node (no --rendezvous)"
-    if options.rendezvous.world < 2:
+    if ctx.cluster.rendezvous.world < 2:
         return "a cluster of one node"
-    return None
+    return ctx.cluster
 
 
 def node_allreduce(options: BenchOptions, ctx: CheckContext) -> Check:
@@ -91,12 +92,11 @@ def node_allreduce(options: BenchOptions, ctx: CheckContext) -> Check:
     )
 
 
-def cluster_allreduce(options: BenchOptions, ctx: CheckContext) -> Check:
-    assert ctx.cluster is not None and options.rendezvous is not None
-    dist = ctx.cluster.open()
+def cluster_allreduce(options: BenchOptions, ctx: CheckContext, group: ClusterGroup) -> Check:
+    dist = group.open()
     import torch
 
-    where = "cuda" if ctx.cluster.cuda else "cpu"
+    where = "cuda" if group.cuda else "cpu"
     size = CLUSTER_MB[where][options.quick] * 1_000_000
     tensor = torch.ones(size // 4, dtype=torch.float32, device=where)
 
@@ -108,7 +108,7 @@ def cluster_allreduce(options: BenchOptions, ctx: CheckContext) -> Check:
     dist.barrier()
     repeats = 5 if options.quick else 11
     seconds = median_s(reduce, ctx.timer, repeats=repeats, warmup=1)
-    world = options.rendezvous.world
+    world = group.rendezvous.world
     backend = "NCCL" if where == "cuda" else "gloo"
     return Check.measured("allreduce.cluster", bus_gbps(size, seconds, world),
                           detail=f"{backend} all-reduce of {size // 1_000_000} MB fp32 over "
@@ -116,9 +116,8 @@ def cluster_allreduce(options: BenchOptions, ctx: CheckContext) -> Check:
                           extra={"bytes": size, "ranks": world, "backend": backend})  # fmt: skip
 
 
-def latency(options: BenchOptions, ctx: CheckContext) -> Check:
-    assert ctx.cluster is not None and options.rendezvous is not None
-    dist = ctx.cluster.open()
+def latency(options: BenchOptions, ctx: CheckContext, group: ClusterGroup) -> Check:
+    dist = group.open()
     import torch
 
     one = torch.zeros(1, dtype=torch.float32)
@@ -131,7 +130,7 @@ def latency(options: BenchOptions, ctx: CheckContext) -> Check:
         if i >= 3:  # the first few set the connection up
             times.append(ctx.timer() - start)
     ms = statistics.median(times) * 1000.0
-    world = options.rendezvous.world
+    world = group.rendezvous.world
     return Check.measured("net.latency", ms, detail=f"median of {pings} one-number gloo "
                           f"all-reduces over {world} nodes (a round trip)",
                           extra={"pings": pings, "ranks": world})  # fmt: skip

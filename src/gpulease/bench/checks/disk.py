@@ -51,21 +51,18 @@ def _aligned(size: int) -> mmap.mmap:
     return buffer
 
 
-def _open(path: Path, flags: int, direct: bool) -> int | None:
-    """``os.open`` with O_DIRECT when asked; None when the filesystem refuses it."""
-    try:
-        return os.open(path, flags | (os.O_DIRECT if direct else 0), 0o600)
-    except OSError:
-        if not direct:
-            raise
-        return None
+def _open(path: Path, flags: int, direct: bool) -> int:
+    """``os.open``, with O_DIRECT when ``direct``."""
+    return os.open(path, flags | (os.O_DIRECT if direct else 0), 0o600)
 
 
 def _direct_allowed(path: Path) -> bool:
+    """Whether the filesystem of ``path`` takes O_DIRECT (tmpfs and some others refuse it)."""
     if not hasattr(os, "O_DIRECT"):
         return False
-    fd = _open(path, os.O_WRONLY | os.O_CREAT, direct=True)
-    if fd is None:
+    try:
+        fd = _open(path, os.O_WRONLY | os.O_CREAT, direct=True)
+    except OSError:
         return False
     os.close(fd)
     return True
@@ -102,7 +99,6 @@ def _write(path: Path, size: int, buffer: mmap.mmap, direct: bool,
            timer: Callable[[], float]) -> float:  # fmt: skip
     start = timer()
     fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, direct)
-    assert fd is not None  # _direct_allowed said so
     try:
         for _ in range(size // BLOCK):
             os.write(fd, buffer)
@@ -120,7 +116,6 @@ def _drop_cache(fd: int) -> None:
 def _read(path: Path, size: int, buffer: mmap.mmap, direct: bool,
           timer: Callable[[], float]) -> float:  # fmt: skip
     fd = _open(path, os.O_RDONLY, direct)
-    assert fd is not None
     try:
         if not direct:
             _drop_cache(fd)
@@ -143,7 +138,6 @@ def _random_reads(path: Path, size: int, reads: int, direct: bool,
     offsets = [rng.randrange(pages) * PAGE for _ in range(reads)]
     page = mmap.mmap(-1, PAGE)
     fd = _open(path, os.O_RDONLY, direct)
-    assert fd is not None
     try:
         if not direct:
             _drop_cache(fd)
