@@ -85,6 +85,7 @@ def test_a_node_sold_with_gpus_that_has_none_fails_its_count() -> None:
         (["--gpus", "many"], "--gpus"),
         (["--interconnect", "carrier-pigeon"], "--interconnect"),
         (["--workdir", "/no/such/dir"], "--workdir"),
+        (["--store", "ftp://host/x"], "--store"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(

@@ -89,6 +89,16 @@ def _accelerator(value: str | None) -> str | None:
     return value.strip()
 
 
+def _store(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme = value.split("://", 1)[0] if "://" in value else "path"
+    if scheme not in ("local", "s3", "path") or value in ("local://", "s3://"):
+        raise BadOption(f"--store: {value!r} is not a store URL (local://PATH, a path or "
+                        "s3://BUCKET/PREFIX)")  # fmt: skip
+    return value
+
+
 def options_from(argv: Sequence[str] | None = None) -> tuple[BenchOptions, bool]:
     """The options of ``argv`` and whether ``--json`` was given (SystemExit 2 when bad)."""
     args = parser().parse_args(argv)
@@ -102,7 +112,7 @@ def options_from(argv: Sequence[str] | None = None) -> tuple[BenchOptions, bool]
         expected = Expected(_accelerator(args.accelerator), args.gpus, args.gpu_memory_gb,
                             args.interconnect, args.instance_type)  # fmt: skip
         options = BenchOptions(quick=args.quick, only=_only(args.only), workdir=args.workdir,
-                               store=args.store, expected=expected,
+                               store=_store(args.store), expected=expected,
                                rendezvous=_rendezvous(args), node=args.node)  # fmt: skip
     except BadOption as exc:
         print(f"python -m gpulease.bench: {exc}", file=sys.stderr)
