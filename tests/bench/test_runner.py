@@ -111,6 +111,8 @@ def test_argv_maps_onto_the_options(tmp_path: Path) -> None:
         "H100", 8, 80.0, "nvlink", "p5.48xlarge")  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("torch-ddp")  # multi-process torch runs one at a time
 def test_two_nodes_at_a_rendezvous_measure_allreduce_and_latency(tmp_path: Path) -> None:
     port = str(free_port())
     procs = [_bench("--quick", "--json", "--only", "allreduce,net", "--rendezvous",
