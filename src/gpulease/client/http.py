@@ -15,6 +15,7 @@ import httpx
 
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.pools import PoolRoutes
+from gpulease.client.profiles import ProfileRoutes
 from gpulease.client.serving import ServingMixin
 from gpulease.client.tasks import post_task
 from gpulease.jsonhttp import ErrorAnswer, JsonHttp
@@ -53,7 +54,7 @@ class _ServerHttp(JsonHttp):
         return error_for(answer.status, answer.message)
 
 
-class Client(PoolRoutes, ServingMixin):  # pool_* (client/pools.py), serve_* (client/serving.py)
+class Client(PoolRoutes, ServingMixin, ProfileRoutes):  # pool_*, serve_*, profile* (client/)
     def __init__(
         self,
         url: str,
