@@ -14,6 +14,7 @@ from gpulease.bench.checks.gpu import count_check, memory_check, none_found, top
 from gpulease.bench.checks.matmul import cpu_matmul, gpu_dtypes
 from gpulease.bench.checks.memory import host_bandwidth
 from gpulease.bench.checks.store import store_checks
+from gpulease.bench.checks.timing import median_s, slowest_gpu
 from gpulease.bench.options import BenchOptions, Expected
 from gpulease.bench.references import published, published_for, spec_for
 from gpulease.catalog.types import AcceleratorSpec
@@ -123,3 +124,12 @@ def test_published_figures_are_cited_and_found_by_part() -> None:
     assert cited is not None and (cited.figure, cited.batch) == (2470.0, 256)
     assert published_for(a100, "train.resnet50", "fp32") is None
     assert published_for(spec_for("H200")[0], "train.resnet50", "mixed") is None  # none cited
+
+
+def test_timing_takes_the_median_after_the_warm_up_on_the_injected_timer() -> None:
+    ticks = iter([0.0, 1.0, 10.0, 13.0, 20.0, 22.0])  # three timed calls: 1, 3 and 2 s
+    calls: list[int] = []
+    seconds = median_s(lambda: calls.append(1), lambda: next(ticks), repeats=3, warmup=2)
+    assert seconds == 2.0 and len(calls) == 5
+    assert slowest_gpu([5.0, 2.0, 7.0]) == (1, "cuda:1, the slowest of 3 GPUs at once")
+    assert slowest_gpu([5.0]) == (0, "cuda:0")
