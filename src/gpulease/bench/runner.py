@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from gpulease.bench.checks import FAMILY_CHECKS, CheckContext, CheckFunction
 from gpulease.bench.checks.cluster import ClusterGroup
-from gpulease.bench.checks.device import Found, detect
+from gpulease.bench.checks.device import Found, detect, nvml
 from gpulease.bench.options import BenchOptions
 from gpulease.bench.references import spec_for
 from gpulease.bench.report import BenchReport, Check, unit_of
@@ -53,7 +53,8 @@ def run_family(family: str, options: BenchOptions, ctx: CheckContext) -> list[Ch
 
 
 def versions() -> dict[str, str]:
-    """What measured: python, platform, numpy, torch (when installed), gpulease."""
+    """What measured: python, platform, numpy, torch and nvidia-ml-py (when installed),
+    gpulease, CUDA (when torch ran on it) and the NVIDIA driver (when there is one)."""
     found = {"python": platform.python_version(), "platform": sys.platform}
     for package in ("numpy", "torch", "nvidia-ml-py", "gpulease"):
         try:
@@ -63,6 +64,13 @@ def versions() -> dict[str, str]:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.version, "cuda", None):
         found["cuda"] = str(torch.version.cuda)
+    lib, _why = nvml()
+    if lib is not None:
+        try:
+            driver = lib.nvmlSystemGetDriverVersion()
+            found["nvidia_driver"] = driver.decode() if isinstance(driver, bytes) else str(driver)
+        finally:
+            lib.nvmlShutdown()
     return found
 
 
