@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpulease.bench.checks import gpus_unusable
+from gpulease.bench.checks import failed, gpus_unusable
 from gpulease.bench.checks.timing import median_s
 from gpulease.bench.report import Check
 
@@ -35,10 +35,14 @@ def bus_gbps(nbytes: int, seconds: float, ranks: int) -> float:
 
 
 def allreduce_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
+    try:
+        node = node_allreduce(options, ctx)
+    except Exception as exc:  # this node's GPUs failing must not keep the others waiting
+        node = failed("allreduce.node", exc)
     group = _group(ctx)
     if isinstance(group, str):
-        return [node_allreduce(options, ctx), Check.skipped("allreduce.cluster", group)]
-    return [node_allreduce(options, ctx), cluster_allreduce(options, ctx, group)]
+        return [node, Check.skipped("allreduce.cluster", group)]
+    return [node, cluster_allreduce(options, ctx, group)]
 
 
 def net_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
