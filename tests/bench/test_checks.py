@@ -114,6 +114,13 @@ def test_the_datasheet_part_is_narrowed_by_what_is_known() -> None:
     assert slowest is not None and slowest.part == "A100-PCIe-40GB" and "not named" in how
     assert _part("H100-SXM") == "H100-SXM" and _part(None, "NVIDIA H200") == "H200-SXM"
     assert spec_for("NoSuchGPU") == (None, "no datasheet for NoSuchGPU")
+    assert _part("A100-80GB", "NVIDIA A100 80GB PCIe") == "A100-PCIe-80GB"
+    assert _part("A100", "Tesla T4") == "A100-PCIe-40GB"  # judged by what was sold
+    assert _part("NoSuchGPU", "NVIDIA A100-SXM4-80GB") == "A100-SXM4-80GB"
+    for seen, part in [("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H100 NVL", "H100-NVL"),
+                       ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"), ("NVIDIA L4", "L4"),
+                       ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada")]:  # fmt: skip
+        assert _part(None, seen) == part, seen
 
 
 def test_published_figures_are_cited_and_found_by_part() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import functools
+import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,14 +33,25 @@ def parts_named(name: str) -> list[AcceleratorSpec]:
     return sorted(by_name or [s for s in specs if s.part.lower() == wanted], key=lambda s: s.part)
 
 
-def _form_factor_hint(spec: AcceleratorSpec, gpu_name: str) -> bool:
-    """Whether the GPU's own name (``NVIDIA H100 PCIe``, ``NVIDIA H100 80GB HBM3``) points at
-    this part's form factor."""
-    seen = gpu_name.lower()
-    form = spec.form_factor.lower()
-    if "pcie" in seen or "nvl" in seen:
-        return "pcie" in form or "nvl" in spec.part.lower()
-    return "sxm" in form
+def _tokens(text: str) -> set[str]:
+    """Lower-case words of ``text`` split at spaces, ``-`` and ``_``, with each adjacent pair
+    joined too (``RTX 6000 Ada`` → rtx, 6000, ada, rtx6000, 6000ada)."""
+    words = [w for w in re.split(r"[\s_-]+", text.lower()) if w]
+    return set(words) | {a + b for a, b in itertools.pairwise(words)}
+
+
+def parts_seen(gpu_name: str) -> list[AcceleratorSpec]:
+    """The parts the name NVML reports points at: those whose part's words all appear in it
+    (``NVIDIA A100-SXM4-80GB`` → A100-SXM4-80GB), the most specific only; else those whose
+    accelerator name's words do (``NVIDIA H100 80GB HBM3`` → the parts named H100)."""
+    seen = _tokens(gpu_name)
+    for by_name in (False, True):
+        found = [(words, s) for s in _gpu_specs()
+                 if (words := _tokens(s.name if by_name else s.part)) <= seen]  # fmt: skip
+        if found:
+            most = max(len(words) for words, _s in found)
+            return sorted((s for words, s in found if len(words) == most), key=lambda s: s.part)
+    return []
 
 
 def spec_for(
@@ -46,25 +59,22 @@ def spec_for(
 ) -> tuple[AcceleratorSpec | None, str]:
     """The datasheet to judge this node by, and how it was chosen (one line).
 
-    ``accelerator`` is what the offer sold (a name or a part); without it the name NVML reports
-    is matched against the catalog's names. A name with several parts is narrowed by the sold
-    ``interconnect`` and the GPU's own name; if still ambiguous, the slowest part (bf16 peak,
-    then memory and GPU-to-GPU bandwidth) is taken: a healthy node never fails against too high
-    a reference."""
-    candidates: list[AcceleratorSpec] = []
-    if accelerator:
-        candidates = parts_named(accelerator)
-    elif gpu_name:
-        seen = gpu_name.lower().replace("nvidia", "").replace("-", " ")
-        names = sorted({s.name for s in _gpu_specs()}, key=len, reverse=True)
-        match = next((n for n in names if n.lower().replace("-", " ") in seen), None)
-        candidates = parts_named(match) if match else []
+    ``accelerator`` is what the offer sold (a name or a part); without it (or when the catalog
+    does not know it) the name NVML reports picks the parts (:func:`parts_seen`). A name with
+    several parts is narrowed by the sold ``interconnect`` and by the parts the GPU's own name
+    points at (a sold name the GPUs do not match is kept: the node is judged by what was sold);
+    if still ambiguous, the slowest part (bf16 peak, then memory and GPU-to-GPU bandwidth) is
+    taken: a healthy node never fails against too high a reference."""
+    candidates = parts_named(accelerator) if accelerator else []
+    if not candidates and gpu_name:
+        candidates = parts_seen(gpu_name)
     if not candidates:
         return None, f"no datasheet for {accelerator or gpu_name or 'this node'}"
     if interconnect:
         candidates = [s for s in candidates if s.interconnect == interconnect] or candidates
     if gpu_name and len(candidates) > 1:
-        candidates = [s for s in candidates if _form_factor_hint(s, gpu_name)] or candidates
+        seen = parts_seen(gpu_name)
+        candidates = [s for s in candidates if s in seen] or candidates
     if len(candidates) == 1:
         return candidates[0], f"datasheet of {candidates[0].part}"
     low = min(
