@@ -15,6 +15,7 @@ from gpulease.bench.checks.matmul import cpu_matmul, gpu_dtypes
 from gpulease.bench.checks.memory import host_bandwidth
 from gpulease.bench.checks.store import store_checks
 from gpulease.bench.checks.timing import median_s, slowest_gpu
+from gpulease.bench.checks.train import Shapes, training_steps
 from gpulease.bench.options import BenchOptions, Expected
 from gpulease.bench.references import published, published_for, spec_for
 from gpulease.catalog.types import AcceleratorSpec
@@ -140,3 +141,13 @@ def test_timing_takes_the_median_after_the_warm_up_on_the_injected_timer() -> No
     assert seconds == 2.0 and len(calls) == 5
     assert slowest_gpu([5.0, 2.0, 7.0]) == (1, "cuda:1, the slowest of 3 GPUs at once")
     assert slowest_gpu([5.0]) == (0, "cuda:0")
+
+
+def test_the_training_steps_run_for_real_on_the_cpu() -> None:
+    tiny = Shapes(resnet_width=4, image=32, images=2, d_model=32, heads=2, seq=16, sequences=2,
+                  steps=1)  # fmt: skip
+    resnet, gpt = training_steps(tiny, CPU)
+    assert (resnet.name, gpt.name) == ("train.resnet50", "train.gpt_block")
+    for check in (resnet, gpt):
+        assert check.figure is not None and check.figure > 0 and check.verdict == "info", check
+    assert "width 4" in resnet.detail and gpt.extra["d_model"] == 32

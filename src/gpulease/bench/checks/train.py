@@ -44,12 +44,17 @@ def train_checks(options: BenchOptions, ctx: CheckContext) -> list[Check]:
     if importlib.util.find_spec("torch") is None:
         why = "torch is not installed (the training steps need it)"
         return [Check.skipped("train.resnet50", why), Check.skipped("train.gpt_block", why)]
-    import torch
 
     unusable = [gpus_unusable(n, ctx) for n in ("train.resnet50", "train.gpt_block")]
     if unusable[0] is not None and unusable[1] is not None:
         return [unusable[0], unusable[1]]
-    shapes = GPU if ctx.device == "cuda" else CPU
+    return training_steps(GPU if ctx.device == "cuda" else CPU, ctx)
+
+
+def training_steps(shapes: Shapes, ctx: CheckContext) -> list[Check]:
+    """Both workloads at ``shapes`` on ``ctx.device``; one failing keeps the other."""
+    import torch
+
     autotune = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = ctx.device == "cuda"  # pick the fastest kernels, as MLPerf
     try:
