@@ -34,6 +34,8 @@ def _drop_cached(store: object, source: Path) -> None:
     """Evict what was just written from the page cache (a restore reads cold)."""
     from gpulease.storage import LocalStore
 
+    if not hasattr(os, "posix_fadvise"):  # not Linux: the read may come from the cache
+        return
     paths = list(source.iterdir())
     if isinstance(store, LocalStore):
         paths += list(store.path(0).iterdir())
