@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from gpulease.client.bench import BenchRoutes
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.pools import PoolRoutes
 from gpulease.client.serving import ServingMixin
@@ -53,7 +54,7 @@ class _ServerHttp(JsonHttp):
         return error_for(answer.status, answer.message)
 
 
-class Client(PoolRoutes, ServingMixin):  # pool_* (client/pools.py), serve_* (client/serving.py)
+class Client(PoolRoutes, ServingMixin, BenchRoutes):  # pool_*, serve_*, bench_* (client/*.py)
     def __init__(
         self,
         url: str,
