@@ -53,11 +53,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.components import require, require_root, unavailable
+
+if TYPE_CHECKING:
+    from tests.cli.conftest import Cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
@@ -531,3 +534,13 @@ def aws_vms(
         mine, vm_network.booted = vm_network.booted[first:], vm_network.booted[first:]
         print(vm_network.report())
         vm_network.booted = mine
+
+
+@pytest.fixture(name="user")
+def vm_user(cli: Cli, aws_vms: AwsVms) -> Iterator[Cli]:
+    """The test's CLI user (tests/cli's ``cli`` fixture) configured for the VM cloud; its server
+    stopped at the end. Import ``vm_user`` into a tests/cli module to get ``user``."""
+    cli.home.mkdir(parents=True, exist_ok=True)
+    (cli.home / "config.yaml").write_text(vm_config(aws_vms.cloud))
+    yield cli
+    cli("server", "stop")

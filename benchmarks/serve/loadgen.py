@@ -11,7 +11,9 @@ after ``requests`` requests, whichever comes first, and only ever talks to loopb
 Library: ``run_load(url, Schedule.constant(50, 10), body=...)`` (or ``run_load_async`` inside a
 running loop) → :class:`LoadResult` (``summary()``, ``table()``, ``timeline()``; see
 benchmarks/serve/stats.py); ``run_closed(url, concurrency, duration_s)`` is the closed-loop
-throughput probe (each client sends its next request when the last is answered). Command line::
+throughput probe (each client sends its next request when the last is answered);
+``run_slices({"direct": a, "proxied": b}, schedule, 6)`` runs the schedule against each URL in
+turn, slice by slice, for a same-run comparison. Command line::
 
     python benchmarks/serve/loadgen.py http://127.0.0.1:8080/predict \\
         --body examples/serve-digits/request.json --ramp 10:200:30s,200:10:30s [--json out.json]
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import json
 import math
@@ -62,6 +65,8 @@ __all__ = [
     "run_closed_async",
     "run_load",
     "run_load_async",
+    "run_slices",
+    "run_slices_async",
 ]
 
 
@@ -144,39 +149,73 @@ class _Sender:
             timeout=aiohttp.ClientTimeout(total=self.timeout_s),
         )
 
-    def result(self, scheduled: float) -> LoadResult:
+    def result(self, scheduled: float, elapsed: float | None = None) -> LoadResult:
         self.records.sort(key=lambda r: r.due_s)
-        elapsed = self.now()
+        elapsed = self.now() if elapsed is None else elapsed
         return LoadResult(
             self.url, self.verb, tuple(self.records), elapsed, scheduled, self.requests
         )
 
 
+async def _open(sender: _Sender, session: Any, schedule: Schedule, base_s: float = 0.0) -> None:
+    """The schedule's requests, due ``base_s`` seconds into the sender's run (its clock goes on
+    from there: slices of one run follow each other on it); returns when all are answered."""
+    slots = asyncio.Semaphore(sender.max_in_flight)
+
+    async def one(due: float) -> None:
+        try:
+            await sender.send(session, due)
+        finally:
+            slots.release()
+
+    limit = None if sender.requests is None else sender.requests - len(sender.records)
+    pending: set[asyncio.Task[None]] = set()
+    sender.start = sender.loop.time() - base_s
+    for arrival in schedule.arrivals(limit):
+        due = base_s + arrival
+        delay = due - sender.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await slots.acquire()
+        task = asyncio.create_task(one(due))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    if pending:
+        await asyncio.gather(*pending)
+
+
 async def run_load_async(url: str, schedule: Schedule, **options: Unpack[Options]) -> LoadResult:
     """Send the schedule's requests to ``url`` (open loop) and record each one's outcome."""
     sender = _Sender(url, options)
-    slots = asyncio.Semaphore(sender.max_in_flight)
     async with sender.session(sender.max_in_flight) as session:
-
-        async def one(due: float) -> None:
-            try:
-                await sender.send(session, due)
-            finally:
-                slots.release()
-
-        pending: set[asyncio.Task[None]] = set()
-        sender.start = sender.loop.time()
-        for due in schedule.arrivals(sender.requests):
-            delay = due - sender.now()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await slots.acquire()
-            task = asyncio.create_task(one(due))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        if pending:
-            await asyncio.gather(*pending)
+        await _open(sender, session, schedule)
         return sender.result(schedule.expected_requests)
+
+
+async def run_slices_async(
+    urls: Mapping[str, str], schedule: Schedule, slices: int, **options: Unpack[Options]
+) -> dict[str, LoadResult]:
+    """The schedule ``slices`` times per URL, the URLs taking turns slice by slice (so that all
+    of them see whatever else loads the machine meanwhile): a same-run comparison, e.g. direct
+    against proxied. Each URL keeps its session (its keep-alive connections) across its slices;
+    its result's clock counts only its own slices (each at least the schedule's duration)."""
+    if not 0 < slices <= 1000:
+        raise UserInputError(f"slices: {slices}, expected 1..1000")
+    senders = {name: _Sender(url, options) for name, url in urls.items()}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {
+            name: await stack.enter_async_context(sender.session(sender.max_in_flight))
+            for name, sender in senders.items()
+        }
+        elapsed = dict.fromkeys(urls, 0.0)
+        for _ in range(slices):
+            for name, sender in senders.items():
+                await _open(sender, sessions[name], schedule, elapsed[name])
+                elapsed[name] = max(sender.now(), elapsed[name] + schedule.duration_s)
+        return {
+            name: sender.result(schedule.expected_requests * slices, elapsed[name])
+            for name, sender in senders.items()
+        }
 
 
 async def run_closed_async(
@@ -212,6 +251,13 @@ def run_closed(
 ) -> LoadResult:
     """:func:`run_closed_async` in a fresh event loop (for synchronous callers)."""
     return asyncio.run(run_closed_async(url, concurrency, duration_s, **options))
+
+
+def run_slices(
+    urls: Mapping[str, str], schedule: Schedule, slices: int, **options: Unpack[Options]
+) -> dict[str, LoadResult]:
+    """:func:`run_slices_async` in a fresh event loop (for synchronous callers)."""
+    return asyncio.run(run_slices_async(urls, schedule, slices, **options))
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -6,8 +6,8 @@ request at a time and holds it ``--work-ms`` (1 ms; ``--work-kind sleep``: an ac
 the host's CPU idle, as on a GPU node; ``cpu``: spinning on the CPU this machine's 2 cores share
 with the proxy and the generator); a ``LoadBalancer`` in front of each (``gpulease.serve.proxy``
 as the server runs it: its own thread and event loop; ``--uvloop``: on uvloop's loop); and this
-script as the load generator (benchmarks/serve/_load.py: bounded, seconds per phase, only
-127.0.0.1). In one run:
+script as the load generator (benchmarks/serve/loadgen.py: bounded, seconds per phase, only
+127.0.0.1; benchmarks/serve/wrk.py for wrk). In one run:
 
 1. throughput, closed loop (``--concurrency`` connections sending as fast as answered; ``wrk``
    when on PATH — ``apt-get install wrk`` — and the Python generator too): the trivial replica
@@ -38,12 +38,47 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from _load import Run, closed, open_loop, wrk  # benchmarks/serve/_load.py
+if __package__ in (None, ""):  # run as a script: make `benchmarks.serve` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.serve.loadgen import LoadResult, Schedule, run_closed, run_load, run_slices
+from benchmarks.serve.wrk import WrkResult, wrk_run
 
 HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of the benchmark's table."""
+
+    what: str
+    tool: str
+    seconds: float
+    requests: int
+    failed: int
+    req_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    lag_p99_ms: float | None = None
+
+    @classmethod
+    def of(cls, what: str, result: LoadResult, *, lag: bool = False) -> Run:
+        """A loadgen run's row (``lag``: with the generator's p99 lag behind its schedule)."""
+        s = result.summary()
+        return cls(
+            what, "python", round(result.elapsed_s, 3), s["requests"], s["failed"],
+            round(result.ok / result.elapsed_s, 1), s["latency_ms"]["p50"],
+            s["latency_ms"]["p99"], s["lag_p99_ms"] if lag else None,
+        )  # fmt: skip
+
+    @classmethod
+    def of_wrk(cls, what: str, result: WrkResult) -> Run:
+        return cls(what, "wrk", result.seconds, result.requests, result.failed,
+                   result.req_per_s, result.p50_ms, result.p99_ms)  # fmt: skip
 
 
 # --- the roles in child processes -----------------------------------------------------------
@@ -53,7 +88,8 @@ def _new_loop(uvloop: bool) -> asyncio.AbstractEventLoop:
     if uvloop:
         import uvloop as uv
 
-        return uv.new_event_loop()
+        loop: asyncio.AbstractEventLoop = uv.new_event_loop()
+        return loop
     return asyncio.new_event_loop()
 
 
@@ -119,23 +155,25 @@ def _child(*args: str) -> Iterator[str]:
 # --- the run ---------------------------------------------------------------------------------
 
 
+def _closed(what: str, url: str, args: argparse.Namespace, seconds: float | None = None) -> Run:
+    return Run.of(what, run_closed(url, args.concurrency, seconds or args.seconds))
+
+
 def _capacity(what: str, url: str, args: argparse.Namespace) -> Run:
-    fast = wrk(what, url, args.concurrency, args.seconds)
-    return fast or asyncio.run(closed(what, url, args.concurrency, args.seconds))
+    fast = wrk_run(url, args.concurrency, args.seconds)
+    return Run.of_wrk(what, fast) if fast is not None else _closed(what, url, args)
 
 
 def _fixed(
     what: str, direct: str, proxy: str, rate: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Direct and through the proxy at ``rate``, taking turns; the proxy's added p50 / p99."""
-    asyncio.run(open_loop({"warm-up": proxy}, rate, 1.0))
+    run_load(proxy, Schedule.constant(rate, 1.0))  # warm-up
     names = (f"{what}, direct @ {rate}/s", f"{what}, proxy @ {rate}/s")
-    runs = asyncio.run(
-        open_loop(
-            dict(zip(names, (direct, proxy), strict=True)), rate, args.seconds, slices=args.slices
-        )
-    )
-    plain, proxied = runs[names[0]], runs[names[1]]
+    urls = dict(zip(names, (direct, proxy), strict=True))
+    per_slice = Schedule.constant(rate, args.seconds / args.slices)
+    results = run_slices(urls, per_slice, args.slices, max_in_flight=256)
+    plain, proxied = (Run.of(name, results[name], lag=True) for name in names)
     added = {
         key: None
         if getattr(proxied, key) is None or getattr(plain, key) is None
@@ -164,16 +202,13 @@ def measure(args: argparse.Namespace, uvloop: bool) -> dict[str, Any]:
         working = child("--role", "replica", *work)
         proxy_trivial = child("--role", "proxy", "--backend", trivial, *flag)
         proxy_working = child("--role", "proxy", "--backend", working, *flag)
-        asyncio.run(closed("warm-up", proxy_trivial, args.concurrency, 1.0))
+        _closed("warm-up", proxy_trivial, args, 1.0)
         runs = [
             _capacity("trivial replica, direct", trivial, args),
             _capacity("proxy → trivial replica", proxy_trivial, args),
         ]
         if runs[-1].tool != "python":
-            python = closed(
-                "proxy → trivial replica", proxy_trivial, args.concurrency, args.seconds
-            )
-            runs.append(asyncio.run(python))
+            runs.append(_closed("proxy → trivial replica", proxy_trivial, args))
         runs.append(_capacity(f"{working_name}, direct", working, args))
         rate = max(1, round(runs[-1].req_per_s * args.fraction))
         fixed = [
@@ -226,14 +261,15 @@ def main() -> None:
     if args.role == "proxy":
         return _proxy(args.backend, args.uvloop == "on")
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.uvloop]
-    results = {
+    runs = [measure(args, mode) for mode in modes]
+    results: dict[str, Any] = {
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
         "args": {k: v for k, v in vars(args).items() if k not in {"role", "backend", "json"}},
-        "results": [measure(args, mode) for mode in modes],
+        "results": runs,
     }
-    for result in results["results"]:
+    for result in runs:
         _print(result)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -3,8 +3,8 @@
 A :class:`RequestRecord` per request (when it was due, when it was sent, how long until the answer
 or the failure, the HTTP status or 0 with the error); :class:`LoadResult` adds them up: counts,
 failures (anything but a 2xx answer), statuses, error kinds, latency percentiles of the 2xx
-answers, the achieved rate, the generator's lag behind its schedule, a per-second timeline, and
-the table benchmarks print.
+answers, the achieved rate, the generator's lag behind its schedule (worst and p99), a
+per-second timeline, and the table benchmarks print.
 """
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ class LoadResult:
         """How far behind its schedule the generator sent a request, at worst."""
         return max((r.sent_s - r.due_s for r in self.records), default=0.0)
 
+    def lag_s(self, q: float) -> float | None:
+        """The ``q``-th percentile of how late the generator sent (its own share of a tail)."""
+        return percentile(sorted(r.sent_s - r.due_s for r in self.records), q)
+
     def latencies(self) -> list[float]:
         return sorted(r.latency_s for r in self.records if r.ok)
 
@@ -117,6 +121,7 @@ class LoadResult:
                 "max": _ms(lat[-1] if lat else None),
             },
             "max_lag_ms": _ms(self.max_lag_s),
+            "lag_p99_ms": _ms(self.lag_s(99)),
         }
 
     def timeline(self, bucket_s: float = 1.0) -> list[dict[str, Any]]:

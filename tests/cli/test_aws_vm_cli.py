@@ -13,7 +13,6 @@ trains with DDP across two VMs (torchrun's rendezvous and gloo over the VMs' own
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,11 @@ import pytest
 import yaml
 
 from gpulease.providers.wheel import own_version
-from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
+from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network, vm_user  # noqa: F401
 from tests.cli.conftest import ROOT, Cli
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("awsvm")]
-
-
-@pytest.fixture
-def user(cli: Cli, aws_vms: AwsVms) -> Iterator[Cli]:  # noqa: F811 - fixture
-    cli.home.mkdir(parents=True, exist_ok=True)
-    (cli.home / "config.yaml").write_text(vm_config(aws_vms.cloud))
-    yield cli
-    cli("server", "stop")
 
 
 def _in_us_east_1(example: str, folder: Path) -> str:

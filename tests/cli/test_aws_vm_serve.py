@@ -19,14 +19,13 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.awsvm import AwsVms, Vm, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
+from tests.awsvm import AwsVms, Vm, aws_vms, vm_config, vm_image, vm_moto, vm_network, vm_user  # noqa: F401
 from tests.cli.conftest import Cli
 from tests.waiting import wait_until
 
@@ -69,14 +68,6 @@ service:
   readiness_probe: {{path: /health, initial_delay: 120s, timeout: 5s}}
   replicas: {{min: 2, max: 2}}
 """
-
-
-@pytest.fixture
-def user(cli: Cli, aws_vms: AwsVms) -> Iterator[Cli]:  # noqa: F811 - fixture
-    cli.home.mkdir(parents=True, exist_ok=True)
-    (cli.home / "config.yaml").write_text(vm_config(aws_vms.cloud))
-    yield cli
-    cli("server", "stop")
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -12,14 +12,13 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.awsfixtures import aws_client
-from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network  # noqa: F401
+from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network, vm_user  # noqa: F401
 from tests.cli.conftest import ROOT, Cli, show_job
 from tests.waiting import wait_until
 
@@ -61,14 +60,6 @@ run: |
   print(f"done at step {{step}}", flush=True)
   EOF
 """
-
-
-@pytest.fixture
-def user(cli: Cli, aws_vms: AwsVms) -> Iterator[Cli]:  # noqa: F811 - fixture
-    cli.home.mkdir(parents=True, exist_ok=True)
-    (cli.home / "config.yaml").write_text(vm_config(aws_vms.cloud))
-    yield cli
-    cli("server", "stop")
 
 
 def _mark_and_terminate(instance_id: str, *, terminate: bool) -> None:

@@ -4,10 +4,13 @@ real sshd "VMs" is tested end to end (tests/cli/test_aws_vm_cli.py, tests/awsvm.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
-from gpulease.providers.aws.tunnel import Tunnels, ssh_command
+import psutil
+
+from gpulease.providers.aws.tunnel import Tunnels, free_port, reap_leftovers, ssh_command
 from gpulease.providers.ssh import SshTarget
 from tests.waiting import wait_until
 
@@ -65,3 +68,33 @@ def test_a_tunnel_comes_up_once_the_agent_answers_is_reused_and_closes(tmp_path:
         tunnels.close()
     assert tunnels.open_ids() == [] and all(p.poll() is not None for p in procs)
     assert log.read_text().count("-N -L") == 1
+
+
+def _orphan(command: list[str]) -> int:
+    """Start ``command`` as a killed server leaves its tunnels: in a session of its own, its
+    parent gone (a middle process that exits at once); its pid."""
+    spawn = ("import subprocess, sys; p = subprocess.Popen(sys.argv[1:], start_new_session=True,"
+             " stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
+             " print(p.pid)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", spawn, *command], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return int(out.stdout)
+
+
+def test_a_previous_servers_tunnels_are_reaped_and_no_other(tmp_path: Path) -> None:
+    ssh, _log = _fake_ssh(tmp_path, 200)
+    mine, other = _target(tmp_path), _target(tmp_path / "other-home")
+    left = _orphan(ssh_command(mine, local_port=free_port(), agent_port=7070, ssh=str(ssh)))
+    kept = _orphan(ssh_command(other, local_port=free_port(), agent_port=7070, ssh=str(ssh)))
+    tunnels = Tunnels(agent_port=7070, ssh=str(ssh))  # this server's own tunnel is kept too
+    try:
+        wait_until(lambda: tunnels.agent_url("i-1", mine), 10, "this server's tunnel")
+        wait_until(lambda: (psutil.pid_exists(left) and psutil.pid_exists(kept)) or None, 10,
+                   "the leftovers running")  # fmt: skip
+        assert reap_leftovers(mine.known_hosts) == 1
+        assert not psutil.pid_exists(left) or psutil.Process(left).status() == "zombie"
+        assert psutil.pid_exists(kept) and tunnels.agent_url("i-1", mine) is not None
+        assert reap_leftovers(mine.known_hosts) == 0
+    finally:
+        tunnels.close()
+        psutil.Process(kept).kill()

@@ -1,10 +1,12 @@
-"""benchmarks/serve/loadgen.py: the rate schedule's arithmetic (pure), the loopback-only rule, and
-real runs against a trivial local HTTP server (every request recorded with its status, failures
-and refused connections counted, the command line's exit codes and JSON)."""
+"""benchmarks/serve/loadgen.py: the rate schedule's arithmetic (pure), the loopback-only rule, wrk's
+output read back (benchmarks/serve/wrk.py), and real runs against a trivial local HTTP server
+(every request recorded with its status, failures and refused connections counted, slices taking
+turns, the command line's exit codes and JSON)."""
 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import socket
 import threading
@@ -14,8 +16,16 @@ from pathlib import Path
 
 import pytest
 from benchmarks.serve import loadgen
-from benchmarks.serve.loadgen import Schedule, Segment, parse_ramp, run_closed, run_load
+from benchmarks.serve.loadgen import (
+    Schedule,
+    Segment,
+    parse_ramp,
+    run_closed,
+    run_load,
+    run_slices,
+)
 from benchmarks.serve.stats import LoadResult, RequestRecord, percentile
+from benchmarks.serve.wrk import WrkResult, read_wrk
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -127,6 +137,27 @@ def test_the_summary_adds_records_up() -> None:
     assert percentile([], 50) is None
 
 
+WRK_OUTPUT = """Running 1s test @ http://127.0.0.1:18777/x
+  1 threads and 4 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     2.56ms  842.84us   9.25ms   74.85%
+  Latency Distribution
+     50%  842.84us
+     75%    2.95ms
+     90%    3.61ms
+     99%    1.20s
+  1531 requests in 1.00s, 777.46KB read
+  Socket errors: connect 0, read 2, write 1, timeout 0
+  Non-2xx or 3xx responses: 7
+Requests/sec:   1525.93
+"""
+
+
+def test_wrk_s_summary_is_read_back_in_milliseconds() -> None:
+    assert read_wrk(WRK_OUTPUT, 1.0) == WrkResult(1.0, 1531, 10, 1525.93, 0.843, 1200.0)
+    assert read_wrk("", 2.0) == WrkResult(2.0, 0, 0, 0.0, None, None)
+
+
 # --- real runs against a trivial server ---
 
 
@@ -208,6 +239,24 @@ def test_the_closed_loop_keeps_its_clients_busy_up_to_the_request_count(server: 
     assert all(r.sent_s == r.due_s for r in result.records)
     with pytest.raises(UserInputError, match="concurrency"):
         run_closed(server.url, 0, 1.0)
+
+
+def test_slices_take_turns_and_each_url_keeps_its_own_clock(server: _Server) -> None:
+    urls = {"a": f"{server.url}/a", "b": f"{server.url}/b"}
+    results = run_slices(urls, Schedule.constant(100, 0.05), 3)  # 5 requests a slice
+    assert [r.requests for r in results.values()] == [15, 15]
+    assert all(result.ok == 15 and result.scheduled_requests == 15 for result in results.values())
+    for result in results.values():  # 10 ms apart in a slice; the next one goes on from the
+        dues = [r.due_s for r in result.records]  # slice's end (no clock in the others' turns)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(dues)]
+        assert [gaps[i] for i in range(14) if i % 5 != 4] == pytest.approx([0.01] * 12)
+        assert gaps[4] >= 0.01 and gaps[9] >= 0.01
+        assert result.elapsed_s >= dues[-1]
+        lag = result.lag_s(99)
+        assert lag is not None and 0 <= lag <= result.max_lag_s
+    assert len(server.bodies) == 30
+    with pytest.raises(UserInputError, match="slices"):
+        run_slices(urls, Schedule.constant(1, 1), 0)
 
 
 def test_refused_connections_are_failures_without_an_answer() -> None:

@@ -23,6 +23,7 @@ from gpulease.client import Client
 from gpulease.client.server import read_info
 from gpulease.providers.base import TAG_CLUSTER, Instance, InstanceState
 from gpulease.providers.local import LocalProvider
+from gpulease.server.endpoints import Endpoints
 from gpulease.state import make_engine
 from tests.dbfixtures import sqlite_template
 from tests.providers.procs import node_pids
@@ -30,6 +31,14 @@ from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+
+
+@pytest.fixture
+def endpoints() -> Iterator[Endpoints]:
+    """Services' load balancers, every one closed after the test."""
+    made = Endpoints()
+    yield made
+    made.close_all()
 
 
 @pytest.fixture

@@ -20,13 +20,6 @@ from tests.waiting import wait_until
 
 
 @pytest.fixture
-def endpoints() -> Iterator[Endpoints]:
-    made = Endpoints()
-    yield made
-    made.close_all()
-
-
-@pytest.fixture
 def replica() -> Iterator[Replica]:
     started = Replica("one").start()
     yield started

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator
 from importlib import resources
 from urllib.parse import urlsplit
 
@@ -56,13 +55,6 @@ def app(engine: Engine, logins: Logins, clock: VirtualClock) -> TestClient:
 
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-def endpoints() -> Iterator[Endpoints]:
-    made = Endpoints()
-    yield made
-    made.close_all()
 
 
 @pytest.fixture

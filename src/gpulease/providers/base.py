@@ -185,6 +185,12 @@ class Provider(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the provider object holds (not the instances)."""
 
+    def release_leftovers(self) -> int:
+        """Stop what a previous server of this gpulease home left running on this host when it
+        was killed without a clean stop (aws: its SSH tunnels and replica forwards); how many.
+        The server calls it once at start, before its loops; in-process commands never do."""
+        return 0
+
 
 class SupportsStopStart(ABC):
     @abstractmethod

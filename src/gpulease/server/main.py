@@ -159,6 +159,8 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
     outages.close_stale()
     calls = ProviderCalls(watchers=(outages,))  # gpulease_provider_api_calls_total
     providers = build_providers(cfg, calls=calls)
+    for provider in providers.values():  # a killed server's SSH tunnels, before any loop runs
+        provider.release_leftovers()
     settings = provider_settings(cfg)
     file_limit = max_bytes(cfg)
     syncs = CheckpointSyncs()

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpulease.clock import Clock
+from gpulease.server.periodic import PeriodicThread
 
 if TYPE_CHECKING:
     from gpulease.serve.proxy import LoadStats
@@ -103,28 +103,9 @@ class LoadHistory:
         return [asdict(p) for p in ring if since is None or p.at >= since]
 
 
-class LoadHistoryThread:
+class LoadHistoryThread(PeriodicThread):
     """Runs :meth:`LoadHistory.run_pass` every ``step_s`` on a thread of its own."""
 
     def __init__(self, history: LoadHistory) -> None:
         self.history = history
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="service-load", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _main(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.history.run_pass()
-            except Exception:  # a bug: the next pass tries again
-                log.exception("service load history: a pass failed")
-            elapsed = time.monotonic() - started
-            self._stop.wait(max(0.0, self.history.step_s - elapsed))
+        super().__init__("service-load", history.run_pass, lambda: history.step_s)

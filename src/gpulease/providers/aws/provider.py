@@ -58,7 +58,7 @@ from gpulease.providers.aws.placement import (
 )
 from gpulease.providers.aws.settings import AwsSettings, ami_in, request_ami
 from gpulease.providers.aws.spot_history import PRODUCT, Key, SpotHistory, changes_in
-from gpulease.providers.aws.tunnel import Tunnels
+from gpulease.providers.aws.tunnel import Tunnels, reap_leftovers
 from gpulease.providers.aws.userdata import request_token, token_key, user_data
 from gpulease.providers.aws.volumes import root_volume
 from gpulease.providers.base import (
@@ -311,6 +311,9 @@ class AwsProvider(
         if not self.bootstraps.ready(iid, target):
             return None
         return self.tunnels.agent_url(iid, target)
+
+    def release_leftovers(self) -> int:
+        return reap_leftovers(self.root / "known_hosts")
 
     def poll_events(self) -> list[ProviderEvent]:
         now = time.time()

@@ -5,18 +5,27 @@ subprocess per instance (options from :func:`gpulease.providers.ssh.ssh_options`
 keys pinned per instance id in ``<home>/aws/known_hosts``), says the agent URL
 ``http://127.0.0.1:<local>`` once an HTTP request through the tunnel got an answer from the
 agent (any status: the probe carries no token), restarts a tunnel whose ssh exited, and closes
-them all in :meth:`close`. Moves no states.
+them all in :meth:`close`. The tunnels run in sessions of their own, so a server killed without
+a clean stop leaves them; :func:`reap_leftovers` stops those of a home's ``known_hosts`` (the
+next server does, at start). Moves no states.
 """
 
 from __future__ import annotations
 
 import http.client
+import logging
+import os
 import socket
 import subprocess
 import threading
 from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
 
 from gpulease.providers.ssh import SshTarget, ssh_options
+
+log = logging.getLogger("gpulease.providers.aws")
 
 
 def free_port() -> int:
@@ -34,6 +43,31 @@ def ssh_command(
         "-o", "ExitOnForwardFailure=yes",
         target.destination,
     ]  # fmt: skip
+
+
+def reap_leftovers(known_hosts: Path) -> int:
+    """Stop the ``ssh -N`` forwards pinned to ``known_hosts`` that are not this process's own
+    (a previous server's, killed without stopping them): SIGTERM, SIGKILL after 3 s; how many."""
+    marker = f"UserKnownHostsFile={known_hosts}"
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["ppid", "cmdline"]):
+        command = proc.info["cmdline"] or []
+        if proc.info["ppid"] != me and "-N" in command and marker in command:
+            try:
+                proc.terminate()
+                found.append(proc)
+            except psutil.Error:  # gone meanwhile, or not ours to signal
+                continue
+    _, alive = psutil.wait_procs(found, timeout=3)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    if found:
+        log.warning("stopped %d SSH forward(s) a previous server left (%s)", len(found), marker)
+    return len(found)
 
 
 def _accepts(port: int) -> bool:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +52,7 @@ from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock
 from gpulease.controller import NodeRef
 from gpulease.server.agents import HttpAgents
+from gpulease.server.periodic import PeriodicThread
 from gpulease.server.runtime import PassTimes
 from gpulease.server.telemetry.fold import (
     RESOLUTIONS,
@@ -379,33 +379,14 @@ def _name(node: LiveNode) -> str:
     return f"{node.labels.cluster}/{node.labels.node_rank} ({node.ref.instance_id})"
 
 
-class RelayThread:
-    """Runs :meth:`Relay.run_pass` every ``interval_s`` on a thread of its own."""
+class RelayThread(PeriodicThread):
+    """Runs :meth:`Relay.run_pass` every ``interval_s`` on a thread of its own; the relay's
+    agent clients are closed once it stopped."""
 
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="telemetry-relay", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self.relay.close()
-
-    def _main(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.relay.run_pass()
-            except Exception:  # the DB busy, a bug: the next pass tries again
-                log.exception("telemetry relay: a pass failed")
-            elapsed = time.monotonic() - started
-            self._stop.wait(max(0.0, self.relay.settings.interval_s - elapsed))
+        super().__init__("telemetry-relay", relay.run_pass, lambda: relay.settings.interval_s,
+                         on_stopped=relay.close)  # fmt: skip
 
 
 @dataclass(frozen=True)
