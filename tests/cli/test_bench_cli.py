@@ -74,6 +74,7 @@ HAS_CHECKS = importlib.util.find_spec("gpulease.bench.runner") is not None
 
 @pytest.mark.skipif(not HAS_CHECKS, reason="the checks (gpulease.bench.runner) are not installed")
 def test_bench_a_two_node_cluster_through_the_server(cli: Cli, tmp_path: Path) -> None:
+    cli.home.mkdir(parents=True, exist_ok=True)
     server = ServerProcess(cli.home)
     try:
         api = server.start().api
@@ -89,7 +90,8 @@ def test_bench_a_two_node_cluster_through_the_server(cli: Cli, tmp_path: Path) -
             assert checks["disk.seq_read"]["figure"] > 0
             assert checks["disk.seq_read"]["reference_source"] == "peers"
             assert checks["matmul.fp32"]["figure"] > 0
-            assert checks["allreduce.cluster"]["verdict"] != "skip", checks["allreduce.cluster"]
+            for across in ("allreduce.cluster", "net.latency"):  # the rendezvous on node 0
+                assert checks[across]["figure"] is not None, checks[across]
         missing = cli("bench", "nope")
         assert missing.returncode == 2 and "no cluster named 'nope'" in missing.stderr
         history = json.loads(cli("bench", "--history", "--json", check=True).stdout)["runs"]
@@ -103,3 +105,15 @@ def test_bench_a_two_node_cluster_through_the_server(cli: Cli, tmp_path: Path) -
     finally:
         server.stop()
         stop_server_and_nodes(cli)
+
+
+@pytest.mark.skipif(not HAS_CHECKS, reason="the checks (gpulease.bench.runner) are not installed")
+def test_bench_in_process_prints_the_report(cli: Cli, tmp_path: Path) -> None:
+    out = cli("bench", "--quick", "--only", "disk", "--workdir", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr  # nothing to fail against on one CPU node
+    report = json.loads(out.stdout)
+    assert {c["name"] for c in report["checks"]} >= {"disk.seq_read", "disk.seq_write"}
+    assert report["quick"] is True and report["verdict"] in {"info", "pass", "warn"}
+    assert not list(tmp_path.iterdir())  # the disk checks cleaned up after themselves
+    table = cli("bench", "--quick", "--only", "disk", "--workdir", str(tmp_path), check=True)
+    assert "disk.seq_read" in table.stdout and "MB/s" in table.stdout
