@@ -22,6 +22,7 @@ from gpulease.bench.observed import OBSERVED_FILE, read_observed
 from gpulease.bench.report import BenchReport, Check
 from gpulease.clock import VirtualClock
 from gpulease.controller import NodeRef
+from gpulease.errors import Retryable
 from gpulease.server.api import create_app
 from gpulease.server.bench import FREE_PORT, BenchService
 from gpulease.server.service import ClusterService
@@ -198,3 +199,18 @@ def test_a_node_without_a_report_fails_and_the_other_is_kept(
     assert "no report in its output" in body["nodes"][1]["error"]
     assert "ImportError: torch" in body["nodes"][1]["error"]
     assert [r["rank"] for r in http.get("/v1/bench").json()["runs"]] == [0]
+
+
+def test_a_node_whose_agent_does_not_answer_fails_alone(
+    setup: tuple[TestClient, BenchAgents, Path],
+) -> None:
+    http, agents, _home = setup
+
+    def unreachable() -> str:
+        raise Retryable("connection refused")
+
+    agents.outputs["i-0"] = unreachable
+    body = http.post("/v1/clusters/p5/bench", json={"quick": True}).json()
+    assert [n["verdict"] for n in body["nodes"]] == ["fail", "pass"]  # no peer left to judge by
+    assert "node 0 did not answer: connection refused" in body["nodes"][0]["error"]
+    assert "report" in body["nodes"][1] and len(http.get("/v1/bench").json()["runs"]) == 1

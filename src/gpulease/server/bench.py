@@ -14,7 +14,7 @@ Moves no states; records activity on the cluster (a bench is use, for autostop).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +106,9 @@ class BenchService:
         target = self._target(name)
         started = self.clock.now()
         port = self._free_port(target) if len(target.nodes) > 1 else None
-        commands = [bench_command(target, node, self._expected(target), quick=quick,
-                                  only=families, port=port) for node in target.nodes]  # fmt: skip
+        expected = self._expected(target)
+        commands = [bench_command(target, node, expected, quick=quick, only=families, port=port)
+                    for node in target.nodes]  # fmt: skip
         timeout = bench_timeout_s(quick)
         with ThreadPoolExecutor(max_workers=len(target.nodes)) as pool:
             outputs = list(pool.map(lambda n, c: self._exec(target, n, c, timeout),
@@ -116,16 +117,10 @@ class BenchService:
         judged = self._judged(target, quick, reports)
         self._store(target, judged, quick, started)
         path = self.write_observed()
-        nodes = []
-        for node, (_report, error) in zip(target.nodes, outputs, strict=True):
-            entry: dict[str, Any] = {"rank": node.rank, "instance_id": node.ref.instance_id}
-            report = judged.get(node.rank)
-            if report is None:
-                entry.update(verdict="fail", error=error)
-            else:
-                entry.update(verdict=report.verdict, report=report.to_json())
-            nodes.append(entry)
         self._touch(name)
+        errors = {n.rank: err for n, (_r, err) in zip(target.nodes, outputs, strict=True)}
+        nodes = [_node_answer(node, judged.get(node.rank), errors[node.rank])
+                 for node in target.nodes]  # fmt: skip
         return {"cluster": name, "quick": quick, "started_at": started,
                 "verdict": _worst(n["verdict"] for n in nodes), "nodes": nodes,
                 "observed": str(path)}  # fmt: skip
@@ -188,8 +183,11 @@ class BenchService:
 
     def _exec(self, target: BenchTarget, node: BenchNode, command: str,
               timeout_s: float) -> tuple[BenchReport | None, str | None]:  # fmt: skip
-        """The node's report, or None and why."""
-        output, error = self._run(target, node, command, timeout_s)
+        """The node's report, or None and why (an agent that does not answer included)."""
+        try:
+            output, error = self._run(target, node, command, timeout_s)
+        except AgentUnreachable as exc:
+            return None, str(exc)
         if output is None:
             return None, error
         try:
@@ -302,6 +300,13 @@ def bench_command(target: BenchTarget, node: BenchNode, expected: Mapping[str, s
     return line
 
 
-def _worst(verdicts: Any) -> Verdict:
+def _node_answer(node: BenchNode, report: BenchReport | None, error: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"rank": node.rank, "instance_id": node.ref.instance_id}
+    if report is None:
+        return {**entry, "verdict": "fail", "error": error}
+    return {**entry, "verdict": report.verdict, "report": report.to_json()}
+
+
+def _worst(verdicts: Iterable[str]) -> Verdict:
     found = set(verdicts)
     return next((v for v in VERDICTS if v in found), "skip")
