@@ -66,6 +66,12 @@ def test_a_bad_family_exits_2_naming_only(cli: Cli) -> None:
     bad = cli("bench", "--only", "matmul,gpu-burn")
     assert bad.returncode == 2, bad.stderr
     assert "--only: unknown check families gpu-burn" in bad.stderr and "Traceback" not in bad.stderr
+    for argv, says in (
+        (("bench", "pair", "--workdir", "/tmp"), "--workdir: only in process"),
+        (("bench", "--instance-type", "p5.48xlarge"), "--instance-type: only with"),
+    ):
+        refused = cli(*argv)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
 
 
 FAST = "disk,matmul,allreduce,net"

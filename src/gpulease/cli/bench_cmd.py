@@ -51,18 +51,23 @@ def bench(
         int, typer.Option("--limit", help="--history: at most this many runs.", min=1, max=1000)
     ] = 20,
     workdir: Annotated[
-        Path, typer.Option("--workdir", help="In process: where the disk checks write.")
-    ] = Path("."),
+        Path | None,
+        typer.Option("--workdir", help="In process: where the disk checks write (default: .)."),
+    ] = None,
 ) -> None:
     """Benchmark GPUs, memory, interconnect and disk against datasheet, peers and history.
 
     Exits 0 when no check failed, 1 when one did (the output says which), 2 on bad input."""
     families = _families(only)
+    if instance_type is not None and not history:
+        raise UserInputError("--instance-type: only with --history")
+    if workdir is not None and (cluster is not None or history):
+        raise UserInputError("--workdir: only in process (a cluster's nodes use their work dir)")
     if history:
         _history(cluster, instance_type, limit, as_json)
         return
     if cluster is None:
-        _in_process(quick, families, workdir, as_json)
+        _in_process(quick, families, workdir or Path("."), as_json)
         return
     from gpulease.cli.follow import client
 
