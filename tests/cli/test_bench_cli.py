@@ -78,6 +78,8 @@ FAST = "disk,matmul,allreduce,net"
 HAS_CHECKS = importlib.util.find_spec("gpulease.bench.runner") is not None
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("torch-ddp")  # gloo across two node processes: one torch run at a time
 @pytest.mark.skipif(not HAS_CHECKS, reason="the checks (gpulease.bench.runner) are not installed")
 def test_bench_a_two_node_cluster_through_the_server(cli: Cli, tmp_path: Path) -> None:
     cli.home.mkdir(parents=True, exist_ok=True)
