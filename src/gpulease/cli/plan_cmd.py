@@ -125,19 +125,24 @@ def _observed(task: Task, catalog: Catalog) -> ObservedCatalog:
 
 
 def _with_datasheet_parts(result: PlanResult, seen: ObservedCatalog) -> PlanResult:
-    """``result`` with each plan's derived part named by its datasheet part again (in its
-    reasons too), and the observed notes added."""
+    """``result`` with each derived part named by its datasheet part again (plans, their
+    reasons, the rejections), and the observed notes added."""
     from dataclasses import replace
+
+    def named(text: str) -> str:
+        for part, original in seen.parts.items():
+            text = text.replace(part, original)
+        return text
 
     def back(plan: Plan) -> Plan:
         original = seen.parts.get(plan.part)
         if original is None:
             return plan
-        reasons = tuple(r.replace(plan.part, original) for r in plan.reasons)
-        return replace(plan, part=original, reasons=reasons)
+        return replace(plan, part=original, reasons=tuple(named(r) for r in plan.reasons))
 
+    rejected = tuple(replace(r, reason=named(r.reason)) for r in result.rejected)
     return replace(result, plans=tuple(back(p) for p in result.plans),
-                   pareto=tuple(back(p) for p in result.pareto),
+                   pareto=tuple(back(p) for p in result.pareto), rejected=rejected,
                    notes=(*result.notes, *seen.notes))  # fmt: skip
 
 
