@@ -136,6 +136,15 @@ class AgentClient:
         return self._http.json("PUT", f"/v1/files/{bundle}", content=_chunks(body, size),
                                headers=headers, extra_timeout=UPLOAD_READ_S)  # fmt: skip
 
+    def profiles(self) -> dict[str, Any]:
+        """``GET /v1/profile``: the ranks with a profile on the node (``gpulease.train``)."""
+        return self._http.json("GET", "/v1/profile")
+
+    def profile_file(self, rank: int, name: str) -> bytes:
+        """``GET /v1/profile/rank-<rank>/<name>`` (``summary.json`` or ``trace.json.gz``)."""
+        path = f"/v1/profile/rank-{rank}/{name}"
+        return self._http.request("GET", path, extra_timeout=UPLOAD_READ_S).content
+
     def shutdown(self, *, cancel_task: bool = False, grace_s: float = 10.0) -> None:
         self._http.json(
             "POST", "/v1/shutdown", json={"cancel_task": cancel_task, "grace_s": grace_s}

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
+from gpulease.agent import profiles
 from gpulease.agent.api import ExecRequest, ShutdownRequest, StopRequest
 from gpulease.agent.service import DEFAULT_LOG_CHUNK, Agent, AgentError
 from gpulease.agent.staging import BUNDLE_PATTERN
@@ -45,6 +46,7 @@ MAX_BODY = 1 << 20
 M = TypeVar("M", bound=BaseModel)
 _TASK = r"/v1/tasks/(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
 _FILES = rf"/v1/files/(?P<bundle>{BUNDLE_PATTERN})"
+_PROFILE = r"/v1/profile/rank-(?P<rank>0|[1-9][0-9]{0,5})/(?P<file>summary\.json|trace\.json\.gz)"
 
 
 @dataclass
@@ -151,6 +153,22 @@ def _metrics(req: Request) -> Response:
     return json_response(200, req.agent.metrics(since))
 
 
+def _profiles(req: Request) -> Response:
+    return json_response(200, profiles.list_profiles(req.agent.work_dir))
+
+
+def _profile_file(req: Request) -> Response:
+    rank, name = int(req.params["rank"]), req.params["file"]
+    try:
+        data = profiles.read_profile_file(req.agent.work_dir, rank, name)
+    except profiles.ProfileMissing as exc:
+        raise AgentError(404, "no_profile", str(exc)) from None
+    except profiles.ProfileTooLarge as exc:
+        raise AgentError(413, "too_large", str(exc)) from None
+    kind = "application/json" if name.endswith(".json") else "application/gzip"
+    return Response(200, data, kind)
+
+
 def _shutdown(req: Request) -> Response:
     body = req.model(ShutdownRequest)
     threading.Thread(
@@ -174,6 +192,8 @@ ROUTES: list[tuple[str, re.Pattern[str], Callable[[Request], Response]]] = [
     ("GET", re.compile(r"/v1/metrics"), _metrics),
     ("GET", re.compile(_FILES), _file_manifest),
     ("PUT", re.compile(_FILES), _put_files),
+    ("GET", re.compile(r"/v1/profile"), _profiles),
+    ("GET", re.compile(_PROFILE), _profile_file),
 ]
 STREAMING = frozenset({_put_files})  # their body is handed over unread (Request.stream)
 

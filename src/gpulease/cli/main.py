@@ -28,6 +28,7 @@ from gpulease.cli import (
     metrics_cmd,
     plan_cmd,
     pool_cmd,
+    profile_cmd,
     serve_cmd,
     server_cmd,
     sla_cmd,
@@ -67,6 +68,7 @@ app.add_typer(metrics_cmd.app, name="metrics")
 app.command("dashboard")(dashboard_cmd.dashboard)
 app.command("cost")(cost_cmd.cost)
 app.command("sla")(sla_cmd.sla)
+app.command("profile")(profile_cmd.profile)
 app.command("bench")(bench_cmd.bench)
 
 

@@ -16,6 +16,7 @@ import httpx
 from gpulease.client.bench import BenchRoutes
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.pools import PoolRoutes
+from gpulease.client.profiles import ProfileRoutes
 from gpulease.client.serving import ServingMixin
 from gpulease.client.tasks import post_task
 from gpulease.jsonhttp import ErrorAnswer, JsonHttp
@@ -54,7 +55,7 @@ class _ServerHttp(JsonHttp):
         return error_for(answer.status, answer.message)
 
 
-class Client(PoolRoutes, ServingMixin, BenchRoutes):  # pool_*, serve_*, bench_* (client/*.py)
+class Client(PoolRoutes, ServingMixin, ProfileRoutes, BenchRoutes):  # client/*.py mixins
     def __init__(
         self,
         url: str,

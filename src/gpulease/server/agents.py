@@ -111,6 +111,13 @@ class HttpAgent:
         """The node's telemetry samples taken after ``since`` (the relay's pull)."""
         return self.client.metrics(since)
 
+    def profiles(self) -> dict[str, Any]:
+        """The ranks with a ``gpulease.train.profile`` on the node (server/profiles.py)."""
+        return self.client.profiles()
+
+    def profile_file(self, rank: int, name: str) -> bytes:
+        return self.client.profile_file(rank, name)
+
 
 class HttpAgents:
     def __init__(

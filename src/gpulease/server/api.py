@@ -29,6 +29,7 @@ from gpulease.server.jobs import JobService
 from gpulease.server.keys import same_token
 from gpulease.server.metrics import CONTENT_TYPE, MetricsEndpoint, is_loopback
 from gpulease.server.pools import PoolService, pool_routes
+from gpulease.server.profiles import ProfileFetch, profile_routes
 from gpulease.server.service import KEEP_GPU_RULE, ClusterService, Conflict, NotFound
 from gpulease.server.telemetry.reads import TelemetryReader
 from gpulease.server.webui import Logins, cookie_may_read, login_route, mount_ui
@@ -127,6 +128,7 @@ def create_app(
     _server_routes(router, info, shutdown)
     _cluster_routes(router, service)
     _agent_routes(router, service)
+    profile_routes(router, ProfileFetch(service))  # /v1/clusters/{name}/profile (profiles.py)
     if jobs is not None:
         _job_routes(router, jobs)
     if audit is not None:

@@ -8,8 +8,10 @@ process group torchrun or the agent describes, and ``StepTimer`` / ``throughput`
 and MFU against the catalog's dense peak; ``tuned_loader`` is a data loader tuned to the machine
 whose position resumes exactly; ``train_stats`` / ``report_step`` / ``timed_batches`` tell the
 node's agent the job's figures (step time, throughput, MFU, data-wait share, last checkpoint),
-which those helpers also do by themselves; and ``export_onnx`` exports a model and checks it with
-onnxruntime. Importing this package does not import torch.
+which those helpers also do by themselves; ``export_onnx`` exports a model and checks it with
+onnxruntime; and ``profile`` records a few steps with ``torch.profiler`` into a trace and a
+summary (top operators; compute, communication, data wait) that ``gpulease profile`` fetches.
+Importing this package does not import torch.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpulease.train.preemption import (
     on_preemption,
     should_stop,
 )
+from gpulease.train.profiler import Profiler, profile
 from gpulease.train.stats import TrainStats, report_step, timed_batches, train_stats
 from gpulease.train.timer import StepTimer, Throughput, throughput
 
@@ -35,6 +38,7 @@ __all__ = [
     "LoaderSettings",
     "OnnxExport",
     "Precision",
+    "Profiler",
     "ResumableLoader",
     "StepTimer",
     "Throughput",
@@ -43,6 +47,7 @@ __all__ = [
     "exit_preempted",
     "export_onnx",
     "on_preemption",
+    "profile",
     "report_step",
     "setup_distributed",
     "setup_precision",
