@@ -234,8 +234,9 @@ class BenchService:
             return figures
         with session_scope(self.engine) as session:
             runs = list_bench_runs(session, provider=target.provider,
-                                   instance_type=target.instance_type)  # fmt: skip
-            for run in [r for r in runs if r.quick == quick][:HISTORY_RUNS]:
+                                   instance_type=target.instance_type, quick=quick,
+                                   limit=HISTORY_RUNS)  # fmt: skip
+            for run in runs:
                 for check in run.report.get("checks", ()):
                     if isinstance(check.get("figure"), int | float):
                         figures.setdefault(check["name"], []).append(float(check["figure"]))

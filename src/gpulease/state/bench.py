@@ -58,6 +58,7 @@ def list_bench_runs(
     provider: str | None = None,
     instance_type: str | None = None,
     cluster: str | None = None,
+    quick: bool | None = None,
     limit: int | None = None,
 ) -> Sequence[BenchRun]:
     """The stored runs, newest first, narrowed by what is given."""
@@ -68,6 +69,8 @@ def list_bench_runs(
         query = query.where(BenchRun.instance_type == instance_type)
     if cluster is not None:
         query = query.where(BenchRun.cluster == cluster)
+    if quick is not None:
+        query = query.where(BenchRun.quick == quick)
     if limit is not None:
         query = query.limit(limit)
     return session.scalars(query).all()
