@@ -78,9 +78,9 @@ class Check:
     """One measured figure against its reference. ``reference_source`` says where the
     reference came from: ``datasheet`` (the catalog's spec of the part), ``published`` (a cited
     figure in the bench's data), ``history`` (the same instance type's past runs), ``peers`` (the
-    cluster's other nodes), ``task`` (an absolute threshold the task set) or ``baseline`` (a
-    plain measurement taken in the same run); ``detail`` is one human line (how it was measured,
-    or why it was skipped)."""
+    cluster's other nodes), ``task`` (an absolute threshold the task set), ``offer`` (what the
+    offer sold: GPU count and memory) or ``baseline`` (a plain measurement taken in the same
+    run); ``detail`` is one human line (how it was measured, or why it was skipped)."""
 
     name: str
     figure: float | None
