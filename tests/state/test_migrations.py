@@ -34,6 +34,7 @@ TABLES = {
     "ledger_days",
     "services",
     "pools",
+    "bench_runs",
 }
 
 
@@ -108,6 +109,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0009_ledger_days.py",
         "0010_ledger_indexes.py",
         "0011_serving.py",
+        "0012_bench_runs.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

@@ -15,6 +15,7 @@ import typer
 
 from gpulease.cli import (
     audit_cmd,
+    bench_cmd,
     catalog_cmd,
     checkpoint_cmd,
     cluster_cmd,
@@ -68,6 +69,7 @@ app.command("dashboard")(dashboard_cmd.dashboard)
 app.command("cost")(cost_cmd.cost)
 app.command("sla")(sla_cmd.sla)
 app.command("profile")(profile_cmd.profile)
+app.command("bench")(bench_cmd.bench)
 
 
 @app.command("schema")

@@ -9,9 +9,13 @@ import typer
 
 from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
 from gpulease.cli.output import console, hours, money, print_json
+from gpulease.errors import UserInputError
 
 if TYPE_CHECKING:
+    from gpulease.bench.observed import ObservedCatalog
+    from gpulease.catalog import Catalog
     from gpulease.optimizer import Plan, PlanResult
+    from gpulease.spec import Task
 
 
 def plan(
@@ -36,6 +40,14 @@ def plan(
             "long, so plans get a cost and -o fastest has a time to rank by.",
         ),
     ] = None,
+    observed: Annotated[
+        bool,
+        typer.Option(
+            "--observed",
+            help="Use the matmul throughput `gpulease bench CLUSTER` observed (the home's "
+            "bench/observed.json) instead of the datasheet, for offers with enough runs.",
+        ),
+    ] = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
 ) -> None:
@@ -63,15 +75,19 @@ def plan(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sellers = build_providers(config, only=SELLERS)
+        catalog = runtime_catalog(sellers)
+        seen = _observed(task, catalog) if observed else None
         result = plan_all(
             task,
-            catalog=runtime_catalog(sellers),
+            catalog=catalog if seen is None else seen.catalog,
             objective=objective,
             top=top,
             launchable=frozenset(providers),
             config=config,
             hours=run_hours,
         )
+    if seen is not None:
+        result = _with_datasheet_parts(result, seen)
     launched_on = (p.provider for p in result.plans if p.launchable)
     spec_warnings += ignored_field_warnings(task.resources, launched_on)
     if as_json:
@@ -85,6 +101,49 @@ def plan(
         render(result, title=task.name or task_file.name, verbose=verbose)
     if not result.plans:
         _no_plan(result)
+
+
+def _observed(task: Task, catalog: Catalog) -> ObservedCatalog:
+    """The catalog with the observed matmul figures of the task's precision (``--observed``)."""
+    from gpulease.bench.observed import (
+        OBSERVED_FILE,
+        ObservedCatalog,
+        observed_catalog,
+        read_observed,
+    )
+    from gpulease.config import home
+
+    if task.workload is None:
+        note = "observed: the task has no workload, so throughput changes no plan's hours"
+        return ObservedCatalog(catalog, {}, (note,))
+    path = home() / OBSERVED_FILE
+    try:
+        found = read_observed(path)
+    except ValueError as exc:
+        raise UserInputError(f"--observed: {exc}") from None
+    return observed_catalog(catalog, found, task.workload.precision, source=str(path))
+
+
+def _with_datasheet_parts(result: PlanResult, seen: ObservedCatalog) -> PlanResult:
+    """``result`` with each derived part named by its datasheet part again (plans, their
+    reasons, the rejections), and the observed notes added."""
+    from dataclasses import replace
+
+    def named(text: str) -> str:
+        for part, original in seen.parts.items():
+            text = text.replace(part, original)
+        return text
+
+    def back(plan: Plan) -> Plan:
+        original = seen.parts.get(plan.part)
+        if original is None:
+            return plan
+        return replace(plan, part=original, reasons=tuple(named(r) for r in plan.reasons))
+
+    rejected = tuple(replace(r, reason=named(r.reason)) for r in result.rejected)
+    return replace(result, plans=tuple(back(p) for p in result.plans),
+                   pareto=tuple(back(p) for p in result.pareto), rejected=rejected,
+                   notes=(*result.notes, *seen.notes))  # fmt: skip
 
 
 def _no_plan(result: PlanResult) -> None:

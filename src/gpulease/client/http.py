@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from gpulease.client.bench import BenchRoutes
 from gpulease.client.errors import ServerUnavailable, error_for
 from gpulease.client.pools import PoolRoutes
 from gpulease.client.profiles import ProfileRoutes
@@ -54,7 +55,7 @@ class _ServerHttp(JsonHttp):
         return error_for(answer.status, answer.message)
 
 
-class Client(PoolRoutes, ServingMixin, ProfileRoutes):  # pool_*, serve_*, profile* (client/)
+class Client(PoolRoutes, ServingMixin, ProfileRoutes, BenchRoutes):  # client/*.py mixins
     def __init__(
         self,
         url: str,

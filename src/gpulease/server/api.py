@@ -37,6 +37,7 @@ from gpulease.state import ClusterExists
 
 if TYPE_CHECKING:
     from gpulease.server.audit import AuditService  # GET /v1/audit
+    from gpulease.server.bench import BenchService  # /v1/clusters/{name}/bench, /v1/bench
     from gpulease.server.services import ServiceOps  # /v1/services
 
 
@@ -101,6 +102,7 @@ def create_app(
     budgets: BudgetLoop | None = None,
     pools: PoolService | None = None,
     services: ServiceOps | None = None,
+    benches: BenchService | None = None,
 ) -> FastAPI:
     """The app; with ``logins``, also the web dashboard (``/ui``, its login-link route, and its
     session cookie as a credential for the read routes of ``webui.COOKIE_READABLE``)."""
@@ -144,6 +146,10 @@ def create_app(
         from gpulease.server.services import service_routes
 
         service_routes(router, services)  # /v1/services (docs/serving.md)
+    if benches is not None:
+        from gpulease.server.bench_routes import bench_routes
+
+        bench_routes(router, benches)  # /v1/clusters/{name}/bench, /v1/bench (docs/bench.md)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)

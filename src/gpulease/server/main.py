@@ -43,6 +43,7 @@ from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.audit import AuditService
+from gpulease.server.bench import BenchService
 from gpulease.server.budget_loop import budget_loop
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.cost_routes import CostReports
@@ -212,6 +213,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
         budgets=budgets,
         pools=pools,
         services=ServiceOps(engine, service, endpoints, wake=loop.wake, load_history=load),
+        benches=BenchService(engine, service, home=home, clock=clock),
     )
     return parts
 

@@ -14,6 +14,7 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``intents``     ``submit_intent``: intent committed before the side effect
 - ``jobs``        managed-job rows and their bookkeeping
 - ``tokens``      random tokens stored as sha256 hashes
+- ``bench``       ``bench_runs``: one row per node per cluster bench run (history)
 - ``ledger``      the cost ledger's writer (the only one): open, advance, close, price splits;
                   ``entry_subject`` reads the subject back from a row's ``entry_key``
 

@@ -286,6 +286,7 @@ class ServerIdentity(Base):
 
 # the record tables (append-mostly history: telemetry, the cost ledger, provider outages) live in
 # their own module; importing them here registers them on Base.metadata with the rest
+from gpulease.state.bench import BenchRun  # noqa: E402
 from gpulease.state.records import (  # noqa: E402
     LedgerDay,
     LedgerEntry,
@@ -297,6 +298,7 @@ from gpulease.state.serving import Pool, Service  # noqa: E402
 __all__ = [
     "NAMING_CONVENTION",
     "Base",
+    "BenchRun",
     "Cluster",
     "Job",
     "LaunchIntent",
