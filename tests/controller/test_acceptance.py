@@ -19,6 +19,7 @@ from gpulease.controller.acceptance import AcceptancePolicy, judged
 from gpulease.controller.acceptance_store import degraded_offers
 from gpulease.controller.ports import AgentReport, Liveness, NodeRef
 from gpulease.state import ClusterStatus, IntentStatus, NodeState, history, session_scope
+from gpulease.state.bench import list_bench_runs
 from gpulease.state.models import Cluster, Node
 from gpulease.wire import LogChunk, NodeTask, RunSpec, TaskState
 from tests.controller.conftest import cluster_row, new_cluster, target
@@ -27,13 +28,13 @@ from tests.controller.doubles import FakeAgents, FakeProvider, _Port
 C = ClusterStatus
 
 
-def _report(node: str, speed: float, disk: float = 2000.0) -> BenchReport:
+def _report(node: str, speed: float, disk: float = 2000.0, started: float = 0.0) -> BenchReport:
     checks = (
         Check.measured("matmul.fp32", 0.05 * speed),
         Check.measured("disk.seq_read", disk),
         Check.skipped("gpu.count", "no GPU on this node"),
     )
-    return BenchReport(node, 0.0, 1.0, True, "cpu", None, 0, checks)
+    return BenchReport(node, started, 1.0, True, "cpu", None, 0, checks)
 
 
 @dataclass
@@ -76,7 +77,9 @@ class _BenchPort(_Port):
         speed = self.agents.speed.get(self.instance_id, 1.0)
         text = "matmul ...\n"
         if self.instance_id not in self.agents.silent:
-            text += _report(self.instance_id, speed).marker_line() + "\n"
+            ids = [t.task_id for t in self.agents.benched[self.instance_id]]
+            started = 1.0 + ids.index(task_id)  # each round's run starts at its own time
+            text += _report(self.instance_id, speed, started=started).marker_line() + "\n"
         data = text.encode()[offset:]
         return LogChunk(data, offset, offset + len(data), True, TaskState.SUCCEEDED)
 
@@ -162,6 +165,10 @@ def test_a_slow_node_is_replaced_then_the_task_runs_on_the_accepted_nodes(
     matmul = kept["reports"][1]["checks"]["matmul.fp32"]
     assert matmul["source"] == "peers" and matmul["ratio"] == pytest.approx(1.0)
     with session_scope(engine) as session:
+        runs = {(r.instance_id, r.node_rank, r.started_at, r.verdict)
+                for r in list_bench_runs(session, cluster="c1")}  # fmt: skip
+        assert runs == {(first, 0, 1.0, "pass"), (second, 1, 1.0, "fail"),
+                        (first, 0, 2.0, "pass"), (replacement, 1, 1.0, "pass")}  # fmt: skip
         degraded = degraded_offers(session, clock.now())
         assert list(degraded) == [("fake", "r1", "t1")]
         assert "matmul.fp32" in degraded[("fake", "r1", "t1")]
@@ -247,6 +254,8 @@ def test_a_refused_terminate_after_the_verdict_is_issued_again_and_nothing_is_do
     row = _until(rec, clock, engine, cid, C.RUNNING)
     assert second not in provider.live() and len(provider.live()) == 2
     assert len(row.intents) == 2 and len(row.task["acceptance"]["failures"]) == 1
+    with session_scope(engine) as session:
+        assert len(list_bench_runs(session, cluster="c1")) == 4  # two rounds, each report once
 
 
 def test_a_lone_node_below_a_minimum_is_replaced_too(

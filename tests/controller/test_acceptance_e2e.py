@@ -17,6 +17,7 @@ import pytest
 
 from gpulease.controller.acceptance_store import degraded_offers
 from gpulease.state import make_engine, session_scope
+from gpulease.state.bench import list_bench_runs
 from tests.components import require_root
 from tests.server.conftest import ServerProcess
 from tests.waiting import wait_until
@@ -87,7 +88,9 @@ def test_a_slowed_node_fails_acceptance_against_its_peer_and_is_replaced(
     try:
         with session_scope(engine) as session:
             degraded = degraded_offers(session, view["status_changed_at"])
+            runs = [(r.node_rank, r.verdict) for r in list_bench_runs(session, cluster="accept")]
     finally:
         engine.dispose()
+    assert sorted(runs) == [(0, "pass"), (0, "pass"), (1, "fail"), (1, "pass")]  # two rounds
     assert list(degraded) == [("local", view["region"], view["instance_type"])]
     assert "matmul.fp32" in degraded[("local", view["region"], view["instance_type"])]

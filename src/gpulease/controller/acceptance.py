@@ -193,9 +193,9 @@ def describe(check: Check) -> str:
 
 def _failures(
     snap: Snapshot, nodes: Sequence[NodeView], policy: AcceptancePolicy
-) -> tuple[dict[int, str], list[dict[str, Any]]]:
+) -> tuple[dict[int, str], list[tuple[NodeView, BenchReport]]]:
     """(node id → why it failed (its failing checks with their figures), for the failing
-    nodes; each judged report in short, for the document)."""
+    nodes; each node with its judged report)."""
     views = [snap.accept[n.id] for n in nodes]
     with_report = [(n, v.report) for n, v in zip(nodes, views, strict=True) if v.report]
     reports = judged([r for _n, r in with_report], policy)
@@ -207,9 +207,13 @@ def _failures(
     for node, view in zip(nodes, views, strict=True):
         if view.report is None:
             why[node.id] = view.detail or f"the bench ended {view.task_state} without a report"
-    short = [_short(n, r, n.id not in why) for (n, _raw), r in zip(with_report, reports,
-                                                                      strict=True)]  # fmt: skip
-    return why, short
+    pairs = [(n, r) for (n, _raw), r in zip(with_report, reports, strict=True)]
+    return why, pairs
+
+
+def _run(node: NodeView, report: BenchReport) -> dict[str, Any]:
+    """A judged report as a ``bench_runs`` row keeps it (``acceptance_store.keep_runs``)."""
+    return {"rank": node.rank, "instance_id": node.instance_id, "report": report.to_json()}
 
 
 def _short(node: NodeView, report: BenchReport, passed: bool) -> dict[str, Any]:
@@ -273,14 +277,15 @@ def _submissions(
 def _verdict(
     snap: Snapshot, nodes: Sequence[NodeView], policy: AcceptancePolicy, state: AcceptanceState
 ) -> list[Action]:
-    why, short = _failures(snap, nodes, policy)
-    state = replace(state, reports=tuple(short))
+    why, pairs = _failures(snap, nodes, policy)
+    state = replace(state, reports=tuple(_short(n, r, n.id not in why) for n, r in pairs))
+    runs = tuple(_run(n, r) for n, r in pairs)
     summary = f"acceptance round {state.round}: " + (
         f"{len(nodes)} node(s) passed" if not why else
         "; ".join(f"node {n.rank} failed: {why[n.id]}" for n in nodes if n.id in why)
     )  # fmt: skip
     if not why:
-        return [RecordAcceptance(replace(state, passed=True).to_json(), summary)]
+        return [RecordAcceptance(replace(state, passed=True).to_json(), summary, runs)]
     failing = [n for n in nodes if n.id in why]
     until = snap.now + policy.degraded_for_s
     seen = {(f.get("instance_id"), f.get("round")) for f in state.failures}
@@ -295,11 +300,11 @@ def _verdict(
         replacing = f"{summary}; replacing {len(failing)} (replacements {after.replacements} of " \
                     f"{policy.max_replacements})"  # fmt: skip
         # the rows first (intent before side effect), then the provider call
-        return [ReplaceNodes(reasons, after.to_json(), replacing), *_terminate(failing)]
+        return [ReplaceNodes(reasons, after.to_json(), replacing, runs), *_terminate(failing)]
     after = replace(state, failures=failures)
     left = "no replacement left" if some else "every node failed"
     error = f"{summary} ({left})"
-    return [RecordAcceptance(after.to_json(), error), *give_up_target(snap, error)]
+    return [RecordAcceptance(after.to_json(), error, runs), *give_up_target(snap, error)]
 
 
 def _terminate(nodes: Sequence[NodeView]) -> list[Action]:

@@ -1,20 +1,21 @@
 """The state DB side of acceptance on launch (:mod:`.acceptance`): the launch intent of a
 replacement node, the acceptance state kept in a cluster's launch document, and the offers that
 delivered a failing node lately (:func:`degraded_offers`, which the server's launch ranking puts
-last). Until a bench results table exists, acceptance reports are kept in the launch document
-(``acceptance.failures``) and in the cluster's and its nodes' status history. Moves no states
-itself (the applier moves them under its claim).
+last), and the acceptance rounds' judged reports as ``bench_runs`` rows (:func:`keep_runs`, next
+to ``gpulease bench CLUSTER``'s). Moves no states itself (the applier moves them under its
+claim).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from gpulease.state import Claim, ClusterStatus, current_target, new_request_id
+from gpulease.state.bench import BenchRun
 from gpulease.state.claims import claim_guard
 from gpulease.state.machines import IntentStatus
 from gpulease.state.models import Cluster, LaunchIntent
@@ -65,6 +66,30 @@ def keep_state_guarded(
         .execution_options(synchronize_session="fetch")
     )
     return cast(CursorResult[Any], session.execute(stmt)).rowcount == 1
+
+
+def keep_runs(session: Session, cluster: Cluster, runs: Iterable[Mapping[str, Any]]) -> int:
+    """One ``bench_runs`` row per judged report of an acceptance round (where ``gpulease bench
+    CLUSTER`` keeps its runs: the history later runs are judged by and ``plan --observed``
+    reads); a report already kept (same instance, same start) is not added again. Returns the
+    rows added."""
+    added = 0
+    for run in runs:
+        report = dict(run["report"])
+        instance_id, started = str(run["instance_id"]), float(report.get("started_at", 0.0))
+        exists = select(BenchRun.id).where(BenchRun.instance_id == instance_id,
+                                           BenchRun.started_at == started)  # fmt: skip
+        if session.scalars(exists).first() is not None:
+            continue
+        session.add(BenchRun(
+            cluster=cluster.name, node_rank=int(run["rank"]), instance_id=instance_id,
+            provider=cluster.provider, region=cluster.region,
+            instance_type=cluster.instance_type, accelerator=cluster.accelerator,
+            started_at=started, quick=bool(report.get("quick", True)),
+            verdict=str(report.get("verdict", "info")), report=report,
+        ))  # fmt: skip
+        added += 1
+    return added
 
 
 def degraded_offers(session: Session, now: float) -> dict[Offer, str]:

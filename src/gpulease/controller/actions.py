@@ -120,15 +120,17 @@ class ReplaceNodes:
     reasons: Mapping[int, str]
     state: Mapping[str, Any]
     reason: str
+    runs: tuple[Mapping[str, Any], ...] = ()  # the round's judged reports → bench_runs rows
 
 
 @dataclass(frozen=True, slots=True)
 class RecordAcceptance:
-    """Keep the acceptance ``state`` in the launch document (``reason``: the round's summary,
-    logged and kept in the cluster's history)."""
+    """Keep the acceptance ``state`` in the launch document and the round's judged reports as
+    ``bench_runs`` rows (``reason``: the round's summary, logged)."""
 
     state: Mapping[str, Any]
     reason: str
+    runs: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from gpulease.controller import failpoints
 from gpulease.controller.acceptance import replacement_ranks
 from gpulease.controller.acceptance_store import (
     add_replacement_intent,
+    keep_runs,
     keep_state,
     keep_state_guarded,
 )
@@ -195,6 +196,7 @@ class Applier:
             add_replacement_intent(session, cluster, len(a.reasons), actor=self.actor,
                                    now=snap.now)  # fmt: skip
             keep_state(cluster, a.state, snap.now)
+            keep_runs(session, cluster, a.runs)
             return True
 
         self._write(snap, write)
@@ -202,8 +204,11 @@ class Applier:
 
     def _do_recordacceptance(self, snap: Snapshot, a: act.RecordAcceptance) -> None:
         def write(session: Session, cluster: Any) -> bool:
-            return keep_state_guarded(session, cluster, a.state, expected=self._cluster_status,
+            kept = keep_state_guarded(session, cluster, a.state, expected=self._cluster_status,
                                       claim=self.claim, now=snap.now)  # fmt: skip
+            if kept:
+                keep_runs(session, cluster, a.runs)
+            return kept
 
         self._write(snap, write)
         log.info("cluster %s: %s", snap.cluster.name, a.reason)
