@@ -233,6 +233,11 @@ def test_judging_takes_peers_min_ratio_minimums_and_the_families_that_count() ->
                                                           "disk.seq_read": True}  # fmt: skip
     alone = judged([slow], AcceptancePolicy())[0]
     assert alone.failed() == []  # one node and no datasheet: nothing to judge it against
+    past = {"matmul.fp32": (0.05, 0.048, 0.052)}  # the offer's history: 3 figures or more
+    by_history = judged([slow], AcceptancePolicy(), past)[0].check("matmul.fp32")
+    assert by_history is not None and by_history.verdict == "fail"
+    assert by_history.reference_source == "history" and by_history.reference == 0.05
+    assert judged([slow], AcceptancePolicy(), {"matmul.fp32": (0.05, 0.05)})[0].failed() == []
 
 
 def test_a_refused_terminate_after_the_verdict_is_issued_again_and_nothing_is_doubled(
@@ -271,4 +276,24 @@ def test_a_lone_node_below_a_minimum_is_replaced_too(
     row = _until(rec, clock, engine, cid, C.RUNNING)
     assert lone not in provider.live() and len(row.intents) == 2
     assert any("matmul.fp32 0.025 TFLOP/s, 0.62 of task (0.04)" in r
+               for r in _cluster_reasons(engine, cid))  # fmt: skip
+
+
+def test_a_lone_node_is_judged_by_its_offers_past_runs(
+    engine: Engine, provider: FakeProvider, clock: VirtualClock
+) -> None:
+    agents = BenchAgents()
+    rec = _reconciler(engine, provider, agents, clock)
+    for name in ("past-1", "past-2", "past-3"):  # three good runs of the same offer
+        run = RunSpec(run=":", acceptance={**ACCEPT})
+        past = new_cluster(engine, clock, name=name, plans=(target(),), run=run)
+        _until(rec, clock, engine, past, C.RUNNING)
+    cid = new_cluster(engine, clock, name="lone", plans=(target(),),
+                      run=RunSpec(run=":", acceptance={**ACCEPT}))  # fmt: skip
+    _until(rec, clock, engine, cid, C.SETTING_UP)
+    (lone,) = [i for i in provider.live() if i not in agents.benched]
+    agents.speed[lone] = 0.3
+    row = _until(rec, clock, engine, cid, C.RUNNING)
+    assert lone not in provider.live() and len(row.intents) == 2
+    assert any("matmul.fp32 0.015 TFLOP/s, 0.30 of history (0.05)" in r
                for r in _cluster_reasons(engine, cid))  # fmt: skip

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpulease.bench.judge import against_minimums, against_peers
+from gpulease.bench.judge import against_history, against_minimums, against_peers
 from gpulease.bench.report import BenchReport, Check
 from gpulease.controller import running
 from gpulease.controller.actions import (
@@ -163,12 +163,19 @@ def _bench_task(snap: Snapshot, node: NodeView, nodes: Sequence[NodeView], tid: 
     return build(bench_command(snap, node, ips, port))
 
 
-def judged(reports: Sequence[BenchReport], policy: AcceptancePolicy) -> list[BenchReport]:
-    """Each report against its peers (the median of the other nodes), with ``min_ratio`` as the
-    fail bound, then the task's minimums (which have the last word)."""
+def judged(
+    reports: Sequence[BenchReport],
+    policy: AcceptancePolicy,
+    history: Mapping[str, Sequence[float]] | None = None,
+) -> list[BenchReport]:
+    """Each report against its peers (the median of the other nodes) and its offer's history
+    (``bench.judge.against_history``: the median of at least 3 past figures), the worse
+    verdict winning, with ``min_ratio`` as the fail bound; then the task's minimums (which have
+    the last word)."""
     peered = against_peers(reports) if len(reports) > 1 else list(reports)
     out = []
-    for report in peered:
+    for peer_judged in peered:
+        report = against_history(peer_judged, history or {})
         checks = tuple(_bounded(c, policy.min_ratio) for c in report.checks)
         out.append(against_minimums(replace(report, checks=checks), policy.minimums))
     return out
@@ -198,7 +205,7 @@ def _failures(
     nodes; each node with its judged report)."""
     views = [snap.accept[n.id] for n in nodes]
     with_report = [(n, v.report) for n, v in zip(nodes, views, strict=True) if v.report]
-    reports = judged([r for _n, r in with_report], policy)
+    reports = judged([r for _n, r in with_report], policy, snap.accept_history)
     why: dict[int, str] = {}
     for (node, _raw), report in zip(with_report, reports, strict=True):
         bad = [c for c in report.failed() if policy.counts(c)]

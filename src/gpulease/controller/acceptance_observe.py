@@ -2,7 +2,8 @@
 node's acceptance task, and for a task that ended, its output read back from the agent and the
 bench report it ends with (``GPULEASE-BENCH-REPORT {json}``, ``bench.report.report_from_output``).
 Never raises for an agent that does not answer (its view is left out: nothing is concluded this
-pass). Moves no states.
+pass). Also the history a round is judged by: the same offer's past quick runs
+(:func:`history_figures`). Moves no states.
 """
 
 from __future__ import annotations
@@ -10,15 +11,38 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from sqlalchemy.orm import Session
+
 from gpulease.bench.report import report_from_output
 from gpulease.controller.ports import AgentPort, AgentReport, Liveness
-from gpulease.controller.snapshot import AcceptView
+from gpulease.controller.snapshot import AcceptView, ClusterView
 from gpulease.errors import GpuleaseError
+from gpulease.state.bench import list_bench_runs
 from gpulease.wire import TERMINAL
 
 log = logging.getLogger("gpulease.controller")
 
 MAX_LOG_BYTES = 8 << 20  # a bench's output is a few KiB; more is not read
+HISTORY_RUNS = 50  # the newest quick runs of the same offer that judge a round (as bench CLUSTER)
+
+
+def history_figures(session: Session, cluster: ClusterView) -> dict[str, tuple[float, ...]]:
+    """Check name → the figures of the newest quick ``bench_runs`` of the cluster's provider and
+    instance type, its own runs left out (a replaced node's figures must not judge its
+    successor)."""
+    target = cluster.target
+    if target.instance_type is None:
+        return {}
+    runs = list_bench_runs(session, provider=target.provider, instance_type=target.instance_type,
+                           quick=True, limit=HISTORY_RUNS)  # fmt: skip
+    figures: dict[str, list[float]] = {}
+    for run in runs:
+        if run.cluster == cluster.name:
+            continue
+        for check in run.report.get("checks", ()):
+            if isinstance(check.get("figure"), int | float):
+                figures.setdefault(str(check["name"]), []).append(float(check["figure"]))
+    return {name: tuple(found) for name, found in figures.items()}
 
 
 def accept_views(

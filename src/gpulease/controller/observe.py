@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from gpulease.controller.acceptance import pending_task_id
-from gpulease.controller.acceptance_observe import accept_views
+from gpulease.controller.acceptance_observe import accept_views, history_figures
 from gpulease.controller.ports import AgentConnector, AgentReport, Liveness, NodeRef
 from gpulease.controller.snapshot import AcceptView, ClusterView, IntentView, NodeView, Snapshot
 from gpulease.errors import GpuleaseError
@@ -90,6 +90,7 @@ class Observer:
         instances = self._instances(cluster, nodes) if _wants_list(cluster, nodes) else None
         provider = self.providers.get(cluster.target.provider)
         polled = self._poll(cluster, nodes, instances)
+        accept = self._accept(cluster, nodes, instances, polled)
         return Snapshot(
             now=now,
             cluster=cluster,
@@ -99,7 +100,8 @@ class Observer:
             agents=polled,
             retry_at=retry_at,
             can_stop=isinstance(provider, SupportsStopStart),
-            accept=self._accept(cluster, nodes, instances, polled),
+            accept=accept,
+            accept_history=_history(engine, cluster) if accept else {},
         )
 
     def _accept(
@@ -168,6 +170,11 @@ class Observer:
                 log.debug("node %s: no answer: %s", node.instance_id, exc)
                 reports[node.id] = AgentReport(Liveness.UNKNOWN)
         return reports
+
+
+def _history(engine: Engine, cluster: ClusterView) -> dict[str, tuple[float, ...]]:
+    with session_scope(engine) as session:
+        return history_figures(session, cluster)
 
 
 def _wants_list(cluster: ClusterView, nodes: tuple[NodeView, ...]) -> bool:

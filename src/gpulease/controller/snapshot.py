@@ -137,6 +137,8 @@ class Snapshot:
     retry_at: float | None = None  # launch backoff: no provider launch before this time
     can_stop: bool = False  # the provider supports stop/start
     accept: Mapping[int, AcceptView] = field(default_factory=dict)  # by node id, while accepting
+    # check name → the same offer's past quick bench figures (while accepting)
+    accept_history: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def live_nodes(self) -> tuple[NodeView, ...]:
