@@ -81,6 +81,9 @@ class RunSpec(_Frozen):
     provider_config: dict[str, Any] = Field(default_factory=dict)
     disk_gb: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
     disk_tier: str | None = None
+    # resources.acceptance for the controller (controller/acceptance.py): min_ratio, minimums,
+    # max_replacements, checks, degraded_for_s; None: the nodes are not benched before setup
+    acceptance: dict[str, Any] | None = None
 
 
 class CheckpointSync(_Frozen):

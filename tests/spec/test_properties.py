@@ -29,6 +29,7 @@ _FIELD_PATHS = [
     ("resources", "cloud"), ("resources", "infra"), ("resources", "zone"),
     ("resources", "disk_size"), ("resources", "any_of"), ("resources", "ordered"),
     ("resources", "job_recovery"), ("resources", "image_id"), ("resources", "max_hourly_cost"),
+    ("resources", "acceptance"), ("resources", "acceptance", "minimums"),
     ("workload",), ("workload", "kind"), ("workload", "model"), ("workload", "model", "params"),
     ("workload", "model", "arch"), ("workload", "model", "heads"), ("workload", "tokens"),
     ("workload", "samples"), ("workload", "flops_per_sample"), ("workload", "seq_len"),

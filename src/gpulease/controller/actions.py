@@ -5,6 +5,7 @@ idempotent (repeating it after a crash changes nothing more). Moves no states it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -110,6 +111,29 @@ class UpdateNode:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceNodes:
+    """Acceptance failed some nodes (node id → why): in one transaction mark them TERMINATING,
+    write a launch intent for as many new nodes of the same target, keep the acceptance
+    ``state`` in the launch document and move the cluster SETTING_UP → PROVISIONING (``reason``
+    says which checks failed with their figures). The provider call follows (``Terminate``)."""
+
+    reasons: Mapping[int, str]
+    state: Mapping[str, Any]
+    reason: str
+    runs: tuple[Mapping[str, Any], ...] = ()  # the round's judged reports → bench_runs rows
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAcceptance:
+    """Keep the acceptance ``state`` in the launch document and the round's judged reports as
+    ``bench_runs`` rows (``reason``: the round's summary, logged)."""
+
+    state: Mapping[str, Any]
+    reason: str
+    runs: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RecordActivity:
     """Stamp the cluster's ``last_activity_at`` (autostop counts idleness from it)."""
 
@@ -130,4 +154,6 @@ Action: TypeAlias = (
     | RecordExit
     | UpdateNode
     | RecordActivity
+    | ReplaceNodes
+    | RecordAcceptance
 )

@@ -20,6 +20,13 @@ from sqlalchemy.orm import Session
 from gpulease.clock import Clock
 from gpulease.controller import actions as act
 from gpulease.controller import failpoints
+from gpulease.controller.acceptance import replacement_ranks
+from gpulease.controller.acceptance_store import (
+    add_replacement_intent,
+    keep_runs,
+    keep_state,
+    keep_state_guarded,
+)
 from gpulease.controller.ports import AgentConnector, NodeRef
 from gpulease.controller.rules import give_up_target
 from gpulease.controller.skeleton import StepOutcome
@@ -178,6 +185,34 @@ class Applier:
         log.info("cluster %s: failover to %s/%s", snap.cluster.name, a.target.provider,
                  a.target.region)  # fmt: skip
 
+    def _do_replacenodes(self, snap: Snapshot, a: act.ReplaceNodes) -> None:
+        def write(session: Session, cluster: Any) -> bool:
+            for node_id, why in sorted(a.reasons.items()):
+                node = session.get(Node, node_id)
+                if node is not None and node.state is not NodeState.TERMINATING:
+                    self._set(session, node, NodeState.TERMINATING, why, snap.now)
+            if not self._set(session, cluster, ClusterStatus.PROVISIONING, a.reason, snap.now):
+                return False
+            add_replacement_intent(session, cluster, len(a.reasons), actor=self.actor,
+                                   now=snap.now)  # fmt: skip
+            keep_state(cluster, a.state, snap.now)
+            keep_runs(session, cluster, a.runs)
+            return True
+
+        self._write(snap, write)
+        log.info("cluster %s: %s", snap.cluster.name, a.reason)
+
+    def _do_recordacceptance(self, snap: Snapshot, a: act.RecordAcceptance) -> None:
+        def write(session: Session, cluster: Any) -> bool:
+            kept = keep_state_guarded(session, cluster, a.state, expected=self._cluster_status,
+                                      claim=self.claim, now=snap.now)  # fmt: skip
+            if kept:
+                keep_runs(session, cluster, a.runs)
+            return kept
+
+        self._write(snap, write)
+        log.info("cluster %s: %s", snap.cluster.name, a.reason)
+
     def _bookkeep(self, snap: Snapshot, fn: Callable[[Session], object]) -> None:
         """A write that is not a status change (heartbeats, exit codes, activity)."""
         with session_scope(self.engine) as session:
@@ -260,12 +295,13 @@ class Applier:
 
     def _record_nodes(self, snap: Snapshot, instances: list[Instance]) -> None:
         def write(session: Session, cluster: Any) -> bool:
+            ranks = replacement_ranks(snap, [i.id for i in instances])
             for instance in instances:
                 node = ensure_node(
                     session,
                     cluster,
                     instance_id=instance.id,
-                    node_rank=instance.node_rank,
+                    node_rank=ranks.get(instance.id, instance.node_rank),
                     actor=self.actor,
                     now=snap.now,
                     provider=instance.provider,

@@ -11,7 +11,8 @@ status         rules                                      timeout exit (from the
 =============  =========================================  ======================================
 PENDING        :func:`provisioning.pending`               FAILED
 PROVISIONING   :func:`provisioning.provisioning`          failover to the next plan, or FAILED
-SETTING_UP     :func:`running.setting_up`                 FAILED
+SETTING_UP     :func:`acceptance.accepting` (while the    FAILED
+               nodes are benched), :func:`running.setting_up`
 RUNNING        :func:`running.running`                    —
 SUCCEEDED      :func:`lifecycle.resting` (autostop)       —
 FAILED         :func:`lifecycle.resting` (autostop)       —
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpulease.controller import lifecycle, provisioning, running
+from gpulease.controller import acceptance, lifecycle, provisioning, running
 from gpulease.controller.actions import Action
 from gpulease.controller.rules import ReconcileConfig, confirm_terminated
 from gpulease.controller.snapshot import Snapshot
@@ -47,7 +48,7 @@ Rule = Callable[[Snapshot, ReconcileConfig], list[Action]]
 _RULES: dict[ClusterStatus, Rule] = {
     _S.PENDING: lambda s, _c: provisioning.pending(s),
     _S.PROVISIONING: lambda s, _c: provisioning.provisioning(s),
-    _S.SETTING_UP: running.setting_up,
+    _S.SETTING_UP: acceptance.setting_up,
     _S.RUNNING: running.running,
     _S.SUCCEEDED: lambda s, _c: lifecycle.resting(s),
     _S.FAILED: lambda s, _c: lifecycle.resting(s),

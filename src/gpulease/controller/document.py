@@ -10,7 +10,8 @@ targets the optimizer chose. ``plans[0]`` is the first target; after ``k`` failo
 ``plans[k + 1]`` — so the plan list needs no column of its own. ``task_id`` (optional) is the
 agent task id every attempt cluster of a managed job shares (``GPULEASE_TASK_ID`` stays the same
 across recoveries); a plain cluster's is derived from its name and id. ``checkpoint`` (optional)
-is a managed job's resolved :class:`~gpulease.wire.CheckpointSync`. Version 1 documents are
+is a managed job's resolved :class:`~gpulease.wire.CheckpointSync`; ``acceptance`` (optional)
+where acceptance on launch stands (:mod:`~gpulease.controller.acceptance`). Version 1 documents are
 rewritten to version 2 by the state DB's migration 0003. Moves no states.
 """
 
@@ -33,6 +34,7 @@ class LaunchDocument:
     spec: Mapping[str, Any] = field(default_factory=dict)
     task_id: str | None = None
     checkpoint: CheckpointSync | None = None
+    acceptance: Mapping[str, Any] | None = None  # controller/acceptance.py's AcceptanceState
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -45,6 +47,8 @@ class LaunchDocument:
             data["task_id"] = self.task_id
         if self.checkpoint:
             data["checkpoint"] = self.checkpoint.model_dump(mode="json")
+        if self.acceptance is not None:
+            data["acceptance"] = dict(self.acceptance)
         return data
 
     @classmethod
@@ -56,6 +60,7 @@ class LaunchDocument:
             spec=dict(data.get("spec") or {}),
             task_id=data.get("task_id") or None,
             checkpoint=CheckpointSync.model_validate(checkpoint) if checkpoint else None,
+            acceptance=data.get("acceptance") or None,
         )
 
     def next_target(self, failovers: int) -> LaunchTarget | None:

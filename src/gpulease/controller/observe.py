@@ -16,8 +16,10 @@ from dataclasses import replace
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from gpulease.controller.acceptance import pending_task_id
+from gpulease.controller.acceptance_observe import accept_views, history_figures
 from gpulease.controller.ports import AgentConnector, AgentReport, Liveness, NodeRef
-from gpulease.controller.snapshot import ClusterView, IntentView, NodeView, Snapshot
+from gpulease.controller.snapshot import AcceptView, ClusterView, IntentView, NodeView, Snapshot
 from gpulease.errors import GpuleaseError
 from gpulease.providers.base import (
     TAG_CLUSTER,
@@ -87,16 +89,41 @@ class Observer:
         cluster, nodes, intents = views
         instances = self._instances(cluster, nodes) if _wants_list(cluster, nodes) else None
         provider = self.providers.get(cluster.target.provider)
+        polled = self._poll(cluster, nodes, instances)
+        accept = self._accept(cluster, nodes, instances, polled)
         return Snapshot(
             now=now,
             cluster=cluster,
             nodes=nodes,
             intents=intents,
             instances=instances,
-            agents=self._poll(cluster, nodes, instances),
+            agents=polled,
             retry_at=retry_at,
             can_stop=isinstance(provider, SupportsStopStart),
+            accept=accept,
+            accept_history=_history(engine, cluster) if accept else {},
         )
+
+    def _accept(
+        self,
+        cluster: ClusterView,
+        nodes: tuple[NodeView, ...],
+        instances: Mapping[str, Instance] | None,
+        polled: Mapping[int, AgentReport],
+    ) -> dict[int, AcceptView]:
+        """Each node's acceptance bench, while the cluster is being accepted."""
+        task_id = pending_task_id(cluster)
+        if task_id is None:
+            return {}
+        ports = []
+        for node in nodes:
+            listed = (instances or {}).get(node.instance_id)
+            url = (listed.agent_url if listed else None) or node.agent_url
+            if url and node.id in polled:
+                ports.append(
+                    (node.id, self.agents.agent(NodeRef(node.provider, node.instance_id, url)))
+                )
+        return accept_views(ports, task_id, polled)
 
     def _instances(
         self, cluster: ClusterView, nodes: tuple[NodeView, ...]
@@ -143,6 +170,11 @@ class Observer:
                 log.debug("node %s: no answer: %s", node.instance_id, exc)
                 reports[node.id] = AgentReport(Liveness.UNKNOWN)
         return reports
+
+
+def _history(engine: Engine, cluster: ClusterView) -> dict[str, tuple[float, ...]]:
+    with session_scope(engine) as session:
+        return history_figures(session, cluster)
 
 
 def _wants_list(cluster: ClusterView, nodes: tuple[NodeView, ...]) -> bool:

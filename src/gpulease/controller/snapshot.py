@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpulease.bench.report import BenchReport
 from gpulease.controller.document import LaunchDocument, task_id_of
 from gpulease.controller.ports import AgentReport
 from gpulease.providers.base import Instance, InstanceState
@@ -19,6 +20,7 @@ from gpulease.state import (
     current_target,
 )
 from gpulease.state.models import Cluster, LaunchIntent, Node
+from gpulease.wire import TaskState
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,16 @@ class IntentView:
         return self.status in (IntentStatus.PENDING, IntentStatus.SUBMITTED)
 
 
+@dataclass(frozen=True, slots=True)
+class AcceptView:
+    """A node's acceptance bench (its own node task): its state, and once it ended the report
+    its output ended with, or why there is none (``detail``)."""
+
+    task_state: TaskState | None
+    report: BenchReport | None = None
+    detail: str | None = None
+
+
 GONE = frozenset({InstanceState.TERMINATED})
 
 
@@ -124,6 +136,9 @@ class Snapshot:
     agents: Mapping[int, AgentReport] = field(default_factory=dict)
     retry_at: float | None = None  # launch backoff: no provider launch before this time
     can_stop: bool = False  # the provider supports stop/start
+    accept: Mapping[int, AcceptView] = field(default_factory=dict)  # by node id, while accepting
+    # check name → the same offer's past quick bench figures (while accepting)
+    accept_history: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def live_nodes(self) -> tuple[NodeView, ...]:

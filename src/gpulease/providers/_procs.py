@@ -7,14 +7,19 @@ pid". Zombies do not count as alive. A session id is trusted only while its lead
 there) is our agent — recognised by the node directory on its command line — so a recycled pid
 never makes a dead node look alive.
 
-Without ``/proc`` (not Linux) only the agent's own process group is seen.
+Without ``/proc`` (not Linux) only the agent's own process group is seen. Also owns
+``providers.local.node_cgroups`` (a node's agent put into a cgroup when it starts).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gpulease.errors import UserInputError
 
 _PROC = Path("/proc")
 
@@ -90,3 +95,27 @@ def _group_exists(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def node_cgroups(local: Mapping[str, Any]) -> dict[int, Path]:
+    """``providers.local.node_cgroups``: node rank (within a launch) → a cgroup directory whose
+    ``cgroup.procs`` the agent of that rank joins (its task processes inherit it) — a
+    deliberately slowed node (cgroup v1 ``cpu.cfs_quota_us``, ``blkio.throttle.*``)."""
+    raw = local.get("node_cgroups") or {}
+    if not isinstance(raw, Mapping):
+        raise UserInputError(f"providers.local.node_cgroups: {{rank: cgroup dir}}, not {raw!r}")
+    found: dict[int, Path] = {}
+    for key, value in raw.items():
+        where = f"providers.local.node_cgroups.{key}"
+        if isinstance(key, bool) or not str(key).isdigit():
+            raise UserInputError(f"{where}: the key is a node rank (0, 1, …), not {key!r}")
+        path = Path(str(value))
+        if not path.is_absolute() or not (path / "cgroup.procs").is_file():
+            raise UserInputError(f"{where}: {value!r} is not a cgroup directory (no cgroup.procs)")
+        found[int(key)] = path
+    return found
+
+
+def join_cgroup(pid: int, cgroup: Path) -> None:
+    """Move process ``pid`` into ``cgroup`` (its children started later inherit it)."""
+    (cgroup / "cgroup.procs").write_text(f"{pid}\n")

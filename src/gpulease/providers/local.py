@@ -54,7 +54,7 @@ from gpulease.config import home, load_config
 from gpulease.errors import UserInputError
 from gpulease.providers._local_gpus import GpuLoad, parse_gpu_load
 from gpulease.providers._local_registry import NodeRecord, Registry
-from gpulease.providers._procs import ProcessTable
+from gpulease.providers._procs import ProcessTable, join_cgroup, node_cgroups
 from gpulease.providers.base import (
     TAG_NODE_RANK,
     CapacityError,
@@ -102,17 +102,20 @@ class LocalProvider(
         keep_terminated_s: float = 86400.0,
         gpu_load: GpuLoad | None = None,
         price_per_gpu_hour: float = 0.0,
+        node_cgroups: Mapping[int, Path] | None = None,
     ) -> None:
         """``gpus``: how many fake GPUs the machine has (None: as many as asked for; it then
         sells none); ``accelerator``: what they are called in the catalog; ``gpu_load``: what
         their agents report (see :mod:`._local_gpus`; default idle); ``price_per_gpu_hour``: a
         make-believe price of each fake GPU (default 0), so $/h, costs and budgets show on this
-        machine (the CPU-only shape stays free)."""
+        machine (the CPU-only shape stays free); ``node_cgroups``: node rank (within a launch) →
+        the cgroup its agent joins (a deliberately slowed node, :func:`._procs.node_cgroups`)."""
         self.root = root
         self.gpus = gpus
         self.accelerator = accelerator
         self.gpu_load = gpu_load or GpuLoad()
         self.price_per_gpu_hour = price_per_gpu_hour
+        self.node_cgroups = dict(node_cgroups or {})
         self._clock = clock or SystemClock()
         self._python = python
         self._boot_wait_s = boot_wait_s
@@ -125,7 +128,8 @@ class LocalProvider(
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None = None, **kw: Any) -> LocalProvider:
         """From the ``providers.local`` section of the config file (``root``, ``gpus``,
-        ``accelerator``, ``gpu_load``, ``gpu_memory``, ``price_per_gpu_hour``)."""
+        ``accelerator``, ``gpu_load``, ``gpu_memory``, ``price_per_gpu_hour``,
+        ``node_cgroups``)."""
         section = (load_config() if config is None else config).get("providers", {}) or {}
         local = section.get("local", {}) or {}
         gpus = local.get("gpus")
@@ -139,6 +143,7 @@ class LocalProvider(
         root = Path(local.get("root", home() / "local")).expanduser()
         kw.setdefault("gpu_load", parse_gpu_load(local, gpus))
         kw.setdefault("price_per_gpu_hour", _price_per_gpu_hour(local))
+        kw.setdefault("node_cgroups", node_cgroups(local))
         return cls(root, gpus=gpus, accelerator=accelerator, **kw)
 
     # ---- the Provider contract ---------------------------------------------------------------
@@ -300,6 +305,13 @@ class LocalProvider(
         except OSError as exc:
             raise ProviderError(f"cannot start the agent for {record.id}: {exc}") from None
         _children.append(proc)
+        cgroup = self.node_cgroups.get(record.node_rank)
+        if cgroup is not None:
+            try:
+                join_cgroup(proc.pid, cgroup)
+            except OSError as exc:
+                proc.kill()
+                raise ProviderError(f"{record.id}: cannot join {cgroup}: {exc}") from None
         record.sid, record.port, record.healthy = proc.pid, None, False
         self._set_state(record, _S.PENDING)
 

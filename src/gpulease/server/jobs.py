@@ -117,7 +117,8 @@ class JobService:
                 }
             )
             try:
-                found += [t for t in launch_targets(variant, catalog, launchable, top=30)
+                found += [t for t in launch_targets(variant, catalog, launchable, top=30,
+                                                 degraded=self.clusters.degraded())
                           if t.pricing == pricing]  # fmt: skip
             except NoLaunchablePlan as exc:
                 errors.append(str(exc))

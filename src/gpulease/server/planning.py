@@ -6,8 +6,10 @@ Moves no states.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Collection
 
 from gpulease.catalog import Catalog
+from gpulease.controller.acceptance_store import Offer
 from gpulease.errors import UserInputError
 from gpulease.optimizer import Plan, plan_all
 from gpulease.spec import Task
@@ -36,17 +38,31 @@ def target_of(plan: Plan) -> LaunchTarget:
 
 
 def launch_targets(
-    task: Task, catalog: Catalog, launchable: frozenset[str], *, top: int = 10
+    task: Task,
+    catalog: Catalog,
+    launchable: frozenset[str],
+    *,
+    top: int = 10,
+    degraded: Collection[Offer] = (),
 ) -> list[LaunchTarget]:
-    """The launchable plans for ``task``, best first (fewest GPUs first among equal prices)."""
-    return launch_targets_and_estimate(task, catalog, launchable, top=top)[0]
+    """The launchable plans for ``task``, best first (fewest GPUs first among equal prices;
+    ``degraded`` offers last)."""
+    return launch_targets_and_estimate(task, catalog, launchable, top=top, degraded=degraded)[0]
 
 
 def launch_targets_and_estimate(
-    task: Task, catalog: Catalog, launchable: frozenset[str], *, top: int = 10
+    task: Task,
+    catalog: Catalog,
+    launchable: frozenset[str],
+    *,
+    top: int = 10,
+    degraded: Collection[Offer] = (),
 ) -> tuple[list[LaunchTarget], float | None]:
     """:func:`launch_targets`, and the first plan's expected cost in dollars (None: the task
-    gives no estimate — a budget then refuses it only at its limit)."""
+    gives no estimate — a budget then refuses it only at its limit). ``degraded``: offers
+    (provider, region, instance type) that delivered a node failing acceptance lately
+    (``controller.acceptance_store.degraded_offers``): ranked after every other plan, in the
+    optimizer's order among themselves."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = plan_all(task, catalog=catalog, top=top, launchable=launchable)
@@ -56,9 +72,17 @@ def launch_targets_and_estimate(
         raise NoLaunchablePlan(
             f"no plan can be launched from this install ({', '.join(sorted(launchable))}): {why}"
         )
-    ranked = _fewest_gpus_among_ties(plans)
+    ranked = ranked_down(_fewest_gpus_among_ties(plans), degraded)
     estimate = ranked[0].est_cost.expected if ranked[0].est_cost else None
     return [target_of(p) for p in ranked], estimate
+
+
+def ranked_down(plans: list[Plan], degraded: Collection[Offer]) -> list[Plan]:
+    """The plans with the ``degraded`` offers moved last (a stable sort: the order is kept
+    otherwise)."""
+    if not degraded:
+        return plans
+    return sorted(plans, key=lambda p: (p.provider, p.region, p.instance_type) in degraded)
 
 
 def _fewest_gpus_among_ties(plans: list[Plan]) -> list[Plan]:

@@ -88,7 +88,13 @@ class PoolService:
         sizing = sizing_of(task)
         name = check_name(name or task.name)
         catalog = self.clusters.catalog()
-        targets = launch_targets(task, catalog, frozenset(self.clusters.providers), top=10)
+        targets = launch_targets(
+            task,
+            catalog,
+            frozenset(self.clusters.providers),
+            top=10,
+            degraded=self.clusters.degraded(),
+        )
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, targets)
         doc = PoolDocument(run=taken.run, plans=tuple(targets), sizing=sizing, spec=taken.spec)
         now = self.clusters.clock.now()

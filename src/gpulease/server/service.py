@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from gpulease import filesync
 from gpulease.clock import Clock
 from gpulease.controller import LaunchDocument, NodeRef
+from gpulease.controller.acceptance_store import Offer, degraded_offers
 from gpulease.controller.document import cluster_task_id
 from gpulease.controller.ports import AgentConnector
 from gpulease.errors import GpuleaseError, Permanent, Retryable, UserInputError
@@ -135,7 +136,8 @@ class ClusterService:
         taken = take_task(task_data, workdir=workdir)
         name = check_name(name or taken.task.name)
         targets, estimate = launch_targets_and_estimate(taken.task, self.catalog(),
-                                                        frozenset(self.providers))  # fmt: skip
+                                                        frozenset(self.providers),
+                                                        degraded=self.degraded())  # fmt: skip
         self.check_budgets(taken.task.name, targets, estimate, over_budget)
         self.check_files(taken.run.workdir, taken.run.file_mounts, targets)
         doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
@@ -203,6 +205,11 @@ class ClusterService:
             if self._catalog is None:
                 self._catalog = runtime_catalog(self.providers)
             return self._catalog
+
+    def degraded(self) -> dict[Offer, str]:
+        """Offers that delivered a node failing acceptance lately: launches rank them last."""
+        with session_scope(self.engine) as session:
+            return degraded_offers(session, self.clock.now())
 
     def list(self) -> list[dict[str, Any]]:
         with session_scope(self.engine) as session:

@@ -163,7 +163,9 @@ class ServiceOps:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    plans = launch_targets(variant, catalog, launchable, top=30)
+                    plans = launch_targets(
+                        variant, catalog, launchable, top=30, degraded=self.clusters.degraded()
+                    )
             except NoLaunchablePlan as exc:
                 errors.append(str(exc))
                 continue

@@ -59,7 +59,19 @@ def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
         provider_config=dict(task.resources.provider_config),
         disk_gb=task.resources.disk.value if task.resources.disk else None,
         disk_tier=task.resources.disk_tier,
+        acceptance=_acceptance(task),
     )
+
+
+def _acceptance(task: Task) -> dict[str, Any] | None:
+    """``resources.acceptance`` as the controller reads it (plain JSON, seconds)."""
+    spec = task.resources.acceptance
+    if spec is None:
+        return None
+    return {"min_ratio": spec.min_ratio, "minimums": dict(spec.minimums),
+            "max_replacements": spec.max_replacements,
+            "checks": list(spec.checks) if spec.checks else None,
+            "degraded_for_s": spec.degraded_for * 3600.0}  # fmt: skip
 
 
 def _require_absolute(path: str, field: str) -> None:

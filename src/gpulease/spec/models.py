@@ -37,6 +37,7 @@ from gpulease.spec.accelerators import (
     format_accelerators,
     parse_accelerators,
 )
+from gpulease.spec.acceptance import AcceptanceField
 from gpulease.spec.autostop import AutostopField, AutostopSpec
 from gpulease.spec.base import SpecModel as _Model
 from gpulease.spec.fields import (
@@ -235,6 +236,9 @@ class Resources(_Model):
     autostop: AutostopField = None
     """Stop (or tear down) the cluster when idle: true (after 5 min), 10, 10m or {idle_minutes,
     down, gpu_utilisation_below}; unset or false: never (gpulease launch -i overrides it)."""
+    acceptance: AcceptanceField = None
+    """Bench every node once all are up and before setup, replace the ones that fail: true, or
+    {min_ratio, minimums, max_replacements, checks, degraded_for} (docs/bench.md)."""
     ports: PortList = Field(default_factory=list)
     """Ports the node's job listens on: 8080, "8000-8010" or a list (SkyPilot's field). For a
     service, the first is the replica port when service.port is not given."""
