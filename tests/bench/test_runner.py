@@ -130,3 +130,18 @@ def test_two_nodes_at_a_rendezvous_measure_allreduce_and_latency(tmp_path: Path)
         assert latency is not None and latency.figure is not None and 0 < latency.figure < 1000
     judged = against_peers([r for r in reports if r is not None])
     assert {c.reference_source for r in judged for c in r.checks if c.figure} == {"peers"}
+
+
+def test_the_command_line_of_options_reads_back_into_the_same_options(tmp_path: Path) -> None:
+    from gpulease.bench.__main__ import options_from
+    from gpulease.bench.options import BenchOptions, Expected, Rendezvous, bench_argv
+
+    sold = Expected("H100", 8, 80.0, "nvlink", "p5.48xlarge")
+    meet = Rendezvous("10.0.0.1", 29511, 1, 2)
+    options = BenchOptions(quick=True, only=("matmul", "disk"), workdir=tmp_path,
+                           store=f"local://{tmp_path}", expected=sold, rendezvous=meet,
+                           node="c/1:i-1")  # fmt: skip
+    argv = bench_argv(options)
+    assert argv[:4] == ["python", "-m", "gpulease.bench", "--json"]
+    assert options_from(argv[3:]) == (options, True)
+    assert options_from(bench_argv(BenchOptions())[3:]) == (BenchOptions(), True)

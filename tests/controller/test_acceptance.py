@@ -136,8 +136,8 @@ def test_a_slow_node_is_replaced_then_the_task_runs_on_the_accepted_nodes(
     first, second = provider.live()
     agents.speed[second] = 0.2  # a fifth of its peer: below min_ratio 0.5
     _until(rec, clock, engine, cid, C.PROVISIONING)
-    assert [t.run.split()[:4] for t in agents.benched[first]] == [
-        ["python", "-m", "gpulease.bench", "--quick"]
+    assert [t.run.split()[:5] for t in agents.benched[first]] == [
+        ["python", "-m", "gpulease.bench", "--json", "--quick"]
     ]
     bench = agents.benched[second][0]
     assert bench.task_id.endswith("-accept-0") and "--rendezvous 10.0.0.1:" in bench.run

@@ -55,3 +55,31 @@ class BenchOptions:
     def families(self) -> tuple[str, ...]:
         wanted = self.only or (QUICK_FAMILIES if self.quick else FAMILIES)
         return tuple(f for f in FAMILIES if f in wanted)
+
+
+def bench_argv(options: BenchOptions, *, python: str = "python") -> list[str]:
+    """The ``python -m gpulease.bench --json`` command line that runs ``options`` on a node
+    (:func:`gpulease.bench.__main__.options_from` reads it back into the same options): what
+    the server's ``bench CLUSTER`` and acceptance on launch send to the agents."""
+    args = [python, "-m", "gpulease.bench", "--json"]
+    if options.quick:
+        args.append("--quick")
+    if options.only:
+        args += ["--only", ",".join(options.only)]
+    if options.node:
+        args += ["--node", options.node]
+    sold = options.expected
+    flags: tuple[tuple[str, object], ...] = (
+        ("--accelerator", sold.accelerator), ("--gpus", sold.gpu_count),
+        ("--gpu-memory-gb", sold.gpu_memory_gb), ("--interconnect", sold.interconnect),
+        ("--instance-type", sold.instance_type), ("--store", options.store),
+    )  # fmt: skip
+    for flag, value in flags:
+        if value is not None:
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    args += ["--workdir", str(options.workdir)]
+    if options.rendezvous is not None:
+        meet = options.rendezvous
+        args += ["--rendezvous", f"{meet.host}:{meet.port}", "--rank", str(meet.rank),
+                 "--world", str(meet.world)]  # fmt: skip
+    return args

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpulease.bench.judge import against_history, against_minimums, against_peers
+from gpulease.bench.options import BenchOptions, Expected, Rendezvous, bench_argv
 from gpulease.bench.report import BenchReport, Check
 from gpulease.controller import running
 from gpulease.controller.actions import (
@@ -133,19 +134,15 @@ def bench_command(snap: Snapshot, node: NodeView, ips: Sequence[str], port: int)
     """``python -m gpulease.bench --quick --json`` with what the offer sold and this node's place
     among the cluster's nodes (the agent puts its own Python first on PATH)."""
     target = snap.cluster.target
-    args = ["python", "-m", "gpulease.bench", "--quick", "--json", "--workdir", ".",
-            "--node", f"{node.rank}:{node.instance_id}"]  # fmt: skip
-    if target.accelerator and target.gpus_per_node:
-        args += ["--accelerator", target.accelerator, "--gpus", str(target.gpus_per_node)]
-    if target.instance_type:
-        args += ["--instance-type", target.instance_type]
+    gpus = bool(target.accelerator and target.gpus_per_node)
+    sold = Expected(target.accelerator if gpus else None, target.gpus_per_node if gpus else None,
+                    instance_type=target.instance_type or None)  # fmt: skip
     policy = policy_of(snap)
-    if policy is not None and policy.checks:
-        args += ["--only", ",".join(policy.checks)]
-    if len(ips) > 1:
-        args += ["--rendezvous", f"{ips[0]}:{port}", "--rank", str(node.rank),
-                 "--world", str(len(ips))]  # fmt: skip
-    return shlex.join(args)
+    meet = Rendezvous(ips[0], port, node.rank, len(ips)) if len(ips) > 1 else None
+    options = BenchOptions(quick=True, only=tuple(policy.checks) if policy and policy.checks
+                           else None, expected=sold, rendezvous=meet,
+                           node=f"{node.rank}:{node.instance_id}")  # fmt: skip
+    return shlex.join(bench_argv(options))
 
 
 def _bench_task(snap: Snapshot, node: NodeView, nodes: Sequence[NodeView], tid: str) -> NodeTask:

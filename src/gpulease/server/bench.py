@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 
 from gpulease.bench.judge import against_history, against_peers
 from gpulease.bench.observed import BenchSample, summarise, write_observed
-from gpulease.bench.options import FAMILIES
+from gpulease.bench.options import FAMILIES, BenchOptions, Expected, bench_argv
 from gpulease.bench.report import VERDICTS, BenchReport, Verdict, report_from_output
 from gpulease.clock import Clock
 from gpulease.controller import NodeRef
@@ -154,13 +154,12 @@ class BenchService:
                 store=doc.checkpoint.store if doc.checkpoint else None,
             )  # fmt: skip
 
-    def _expected(self, target: BenchTarget) -> Mapping[str, str]:
-        """The ``--accelerator/--gpus/--gpu-memory-gb/--interconnect`` of the offer (a GPU
-        offer's spec from the catalog; nothing for a CPU node)."""
+    def _expected(self, target: BenchTarget) -> Expected:
+        """What the offer sold: its accelerator and GPUs, with memory and interconnect from the
+        catalog's spec of its part (only the instance type for a CPU node)."""
         if target.gpus_per_node <= 0 or not target.accelerator:
-            return {}
-        found: dict[str, str] = {"--accelerator": target.accelerator,
-                                 "--gpus": str(target.gpus_per_node)}  # fmt: skip
+            return Expected(instance_type=target.instance_type)
+        memory, link = None, None
         catalog = self.clusters.catalog()
         offers = catalog.offers
         rows = ((offers.provider == target.provider)
@@ -168,10 +167,10 @@ class BenchService:
         if rows.size:
             spec = catalog.accelerators.get(str(offers.part[rows[0]]))
             if spec is not None:
-                found["--gpu-memory-gb"] = f"{spec.memory_gb:g}"
-                if spec.interconnect in ("nvlink", "pcie"):
-                    found["--interconnect"] = spec.interconnect
-        return found
+                memory = spec.memory_gb
+                link = spec.interconnect if spec.interconnect in ("nvlink", "pcie") else None
+        return Expected(target.accelerator, target.gpus_per_node, memory, link,
+                        target.instance_type)  # fmt: skip
 
     def _free_port(self, target: BenchTarget) -> int:
         output, error = self._run(target, target.nodes[0], FREE_PORT, 60.0)
@@ -278,23 +277,13 @@ def node_name(target: BenchTarget, node: BenchNode) -> str:
     return f"{target.name}/{node.rank}:{node.ref.instance_id}"
 
 
-def bench_command(target: BenchTarget, node: BenchNode, expected: Mapping[str, str], *,
+def bench_command(target: BenchTarget, node: BenchNode, expected: Expected, *,
                   quick: bool, only: Sequence[str] | None, port: int | None) -> str:  # fmt: skip
-    """The shell command the node's agent runs (its work dir and node 0's address come from
-    the task's environment: ``GPULEASE_WORK_DIR``, ``MASTER_ADDR``)."""
-    args = ["python", "-m", "gpulease.bench", "--json"]
-    if quick:
-        args.append("--quick")
-    if only:
-        args += ["--only", ",".join(only)]
-    args += ["--node", node_name(target, node)]
-    for flag, value in expected.items():
-        args += [flag, value]
-    if target.instance_type:
-        args += ["--instance-type", target.instance_type]
-    if target.store:
-        args += ["--store", target.store]
-    line = " ".join(shlex.quote(a) for a in args) + ' --workdir "$GPULEASE_WORK_DIR"'
+    """The shell command the node's agent runs (in the task's work dir; node 0's address comes
+    from the task's environment: ``MASTER_ADDR``)."""
+    options = BenchOptions(quick=quick, only=tuple(only) if only else None, store=target.store,
+                           expected=expected, node=node_name(target, node))  # fmt: skip
+    line = shlex.join(bench_argv(options))
     if port is not None:
         line += (f' --rendezvous "$MASTER_ADDR:{port}" --rank {node.rank} '
                  f"--world {len(target.nodes)}")  # fmt: skip
