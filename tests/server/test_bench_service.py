@@ -22,6 +22,7 @@ from gpulease.bench.observed import OBSERVED_FILE, read_observed
 from gpulease.bench.report import BenchReport, Check
 from gpulease.clock import VirtualClock
 from gpulease.controller import NodeRef
+from gpulease.controller.acceptance_store import keep_runs
 from gpulease.errors import Retryable
 from gpulease.server.api import create_app
 from gpulease.server.bench import FREE_PORT, BenchService
@@ -212,3 +213,23 @@ def test_a_node_whose_agent_does_not_answer_fails_alone(
     assert [n["verdict"] for n in body["nodes"]] == ["fail", "pass"]  # no peer left to judge by
     assert "node 0 did not answer: connection refused" in body["nodes"][0]["error"]
     assert "report" in body["nodes"][1] and len(http.get("/v1/bench").json()["runs"]) == 1
+
+
+def test_runs_acceptance_kept_reach_the_observed_summary(engine: Engine, tmp_path: Path) -> None:
+    """Acceptance on launch stores its rounds from the reconcile loop; the server's periodic
+    refresh rewrites observed.json once new runs are there, and only then."""
+    clock = VirtualClock(start=1_800_000_000.0)
+    service = ClusterService(engine, {}, BenchAgents({}), clock=clock, owner="gl-test")  # type: ignore[arg-type]
+    benches = BenchService(engine, service, home=tmp_path / "home", clock=clock)
+    assert benches.refresh_observed() is False  # no run stored: nothing to write
+    with session_scope(engine) as session:
+        cluster, _ = create_cluster(session, name="p5", target=P5, task={}, owner="gl-test",
+                                    actor="t", now=clock.now())  # fmt: skip
+        runs = [{"rank": rank, "instance_id": f"i-{rank}",
+                 "report": report(f"n{rank}", matmul=m, disk=2000).to_json()}
+                for rank, m in ((0, 900.0), (1, 880.0))]  # fmt: skip
+        assert keep_runs(session, cluster, runs) == 2
+    assert benches.refresh_observed() is True
+    observed = read_observed(tmp_path / "home" / OBSERVED_FILE)
+    assert observed is not None and observed[0].matmul == {"bf16": (890.0, 2)}
+    assert benches.refresh_observed() is False  # nothing new since

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 from gpulease.bench.judge import against_history, against_peers
 from gpulease.bench.observed import BenchSample, summarise, write_observed
@@ -43,6 +43,7 @@ from gpulease.state.bench import BenchRun, list_bench_runs
 
 QUICK_TIMEOUT_S = 600.0  # the quick subset targets 30 s; a slow node gets twenty times that
 FULL_TIMEOUT_S = 3600.0
+OBSERVED_EVERY_S = 30.0  # how often the server looks for runs stored since the summary was written
 HISTORY_RUNS = 50  # the newest runs of the same instance type (and quick or not) judged against
 BENCHABLE = frozenset({ClusterStatus.RUNNING, ClusterStatus.SUCCEEDED, ClusterStatus.FAILED})
 FREE_PORT = ("python -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); "
@@ -97,6 +98,7 @@ class BenchService:
         self.clusters = clusters
         self.home = home
         self.clock = clock
+        self._observed_upto: int | None = None  # the newest run the summary was written with
 
     def run(self, name: str, *, quick: bool = False,
             only: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
@@ -254,12 +256,28 @@ class BenchService:
                     report=report.to_json(),
                 ))  # fmt: skip
 
+    def refresh_observed(self) -> bool:
+        """Rewrite the observed summary when runs were stored since it was last written — by
+        acceptance on launch (the reconcile loop keeps its rounds' reports) or by another
+        server process; True when it was rewritten. The server runs it every
+        :data:`OBSERVED_EVERY_S` (and once at start)."""
+        with session_scope(self.engine) as session:
+            newest = session.scalar(select(func.max(BenchRun.id)))
+        if newest is None or newest == self._observed_upto:
+            return False
+        self.write_observed()
+        return True
+
     def write_observed(self) -> Path:
         """Rewrite ``<home>/bench/observed.json`` from every stored run (idempotent)."""
         with session_scope(self.engine) as session:
+            runs = list_bench_runs(session)
             samples = [BenchSample(r.provider, r.instance_type, r.accelerator, r.report)
-                       for r in list_bench_runs(session)]  # fmt: skip
-        return write_observed(self.home, summarise(samples, now=self.clock.now()))
+                       for r in runs]  # fmt: skip
+            newest = max((r.id for r in runs), default=None)
+        path = write_observed(self.home, summarise(samples, now=self.clock.now()))
+        self._observed_upto = newest
+        return path
 
     def history(self, *, provider: str | None = None, instance_type: str | None = None,
                 cluster: str | None = None, limit: int = 20) -> dict[str, Any]:  # fmt: skip

@@ -43,7 +43,7 @@ from gpulease.filesync import max_bytes
 from gpulease.server.agents import HttpAgents
 from gpulease.server.api import create_app
 from gpulease.server.audit import AuditService
-from gpulease.server.bench import BenchService
+from gpulease.server.bench import OBSERVED_EVERY_S, BenchService
 from gpulease.server.budget_loop import budget_loop
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.cost_routes import CostReports
@@ -57,6 +57,7 @@ from gpulease.server.metrics import (
     open_to_loopback,
 )
 from gpulease.server.metrics_jobs import JobMetricInputs
+from gpulease.server.periodic import PeriodicThread
 from gpulease.server.pools import PoolService
 from gpulease.server.provider_calls import ProviderCalls
 from gpulease.server.provider_outages import ProviderOutages
@@ -144,6 +145,7 @@ class _Parts:
     storage: StorageAccrual | None = None
     endpoints: Endpoints | None = None  # the services' load balancers
     load: LoadHistoryThread | None = None  # their recent load, for the dashboard
+    observed: PeriodicThread | None = None  # the bench's observed summary, kept up to date
     services: ServiceReconciler | None = None
 
 
@@ -193,6 +195,9 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
                                     latest=latest, metrics=relayed))  # fmt: skip
     load = LoadHistory(endpoints, clock, step_s=telemetry.interval_s)
     parts.load = LoadHistoryThread(load)
+    benches = BenchService(engine, service, home=home, clock=clock)
+    parts.observed = PeriodicThread("bench-observed", benches.refresh_observed,
+                                    lambda: OBSERVED_EVERY_S)  # fmt: skip
 
     def shutdown() -> None:
         if parts.server is not None:
@@ -213,7 +218,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
         budgets=budgets,
         pools=pools,
         services=ServiceOps(engine, service, endpoints, wake=loop.wake, load_history=load),
-        benches=BenchService(engine, service, home=home, clock=clock),
+        benches=benches,
     )
     return parts
 
@@ -251,6 +256,8 @@ def serve(host: str, port: int) -> int:
         parts.relay.start()
     if parts.load is not None:
         parts.load.start()
+    if parts.observed is not None:
+        parts.observed.start()
     url = f"http://{host}:{bound}"
     _write_info(home, {"pid": os.getpid(), "host": host, "port": bound, "url": url,
                        "started_at": time.time()})  # fmt: skip
@@ -262,6 +269,8 @@ def serve(host: str, port: int) -> int:
             parts.relay.stop()
         if parts.load is not None:
             parts.load.stop()
+        if parts.observed is not None:
+            parts.observed.stop()
         parts.loop.stop()
         if parts.endpoints is not None:
             parts.endpoints.close_all()
