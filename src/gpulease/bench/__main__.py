@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from gpulease.bench.options import FAMILIES, BenchOptions, Expected, Rendezvous
+from gpulease.bench.options import FAMILIES, BenchOptions, Expected, Rendezvous, known_families
 from gpulease.bench.report import BenchReport
 
 INTERCONNECTS = ("nvlink", "pcie")
@@ -56,12 +56,10 @@ class BadOption(ValueError):
 def _only(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
-    names = tuple(n.strip() for n in value.split(",") if n.strip())
-    unknown = [n for n in names if n not in FAMILIES]
-    if unknown or not names:
-        raise BadOption(f"--only: unknown family {', '.join(unknown) or '(none given)'!s}; "
-                        f"known: {', '.join(FAMILIES)}")  # fmt: skip
-    return names
+    try:
+        return known_families(value.split(","))
+    except ValueError as exc:
+        raise BadOption(str(exc)) from None
 
 
 def _rendezvous(args: argparse.Namespace) -> Rendezvous | None:

@@ -5,6 +5,7 @@ see :mod:`gpulease.bench.__main__`) and the server that runs it on nodes. Plain 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,3 +84,14 @@ def bench_argv(options: BenchOptions, *, python: str = "python") -> list[str]:
         args += ["--rendezvous", f"{meet.host}:{meet.port}", "--rank", str(meet.rank),
                  "--world", str(meet.world)]  # fmt: skip
     return args
+
+
+def known_families(names: Sequence[str], *, field: str = "--only") -> tuple[str, ...]:
+    """``names`` (stripped, empty ones dropped) when every one is a check family; a ValueError
+    naming ``field``, the unknown ones and the known ones otherwise (or when none is left)."""
+    wanted = tuple(n.strip() for n in names if n.strip())
+    unknown = [n for n in wanted if n not in FAMILIES]
+    if unknown or not wanted:
+        raise ValueError(f"{field}: unknown check families {', '.join(unknown) or '(none given)'};"
+                         f" known: {', '.join(FAMILIES)}")  # fmt: skip
+    return wanted

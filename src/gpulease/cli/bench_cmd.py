@@ -84,14 +84,12 @@ def bench(
 def _families(only: str | None) -> tuple[str, ...] | None:
     if only is None:
         return None
-    from gpulease.bench.options import FAMILIES
+    from gpulease.bench.options import known_families
 
-    wanted = tuple(f.strip() for f in only.split(",") if f.strip())
-    unknown = [f for f in wanted if f not in FAMILIES]
-    if unknown or not wanted:
-        raise UserInputError(f"--only: unknown check families {', '.join(unknown) or '(none)'};"
-                             f" known: {', '.join(FAMILIES)}")  # fmt: skip
-    return wanted
+    try:
+        return known_families(only.split(","))
+    except ValueError as exc:
+        raise UserInputError(str(exc)) from None
 
 
 def _in_process(quick: bool, families: tuple[str, ...] | None, workdir: Path,

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, func, select
 
 from gpulease.bench.judge import against_history, against_peers
 from gpulease.bench.observed import BenchSample, summarise, write_observed
-from gpulease.bench.options import FAMILIES, BenchOptions, Expected, bench_argv
+from gpulease.bench.options import BenchOptions, Expected, bench_argv, known_families
 from gpulease.bench.report import VERDICTS, BenchReport, Verdict, report_from_output
 from gpulease.clock import Clock
 from gpulease.controller import NodeRef
@@ -82,11 +82,10 @@ def check_only(only: Sequence[str] | None) -> tuple[str, ...] | None:
     """The families asked for, each one known (a bad one names ``only``)."""
     if not only:
         return None
-    unknown = [f for f in only if f not in FAMILIES]
-    if unknown:
-        raise UserInputError(f"only: unknown check families {', '.join(unknown)}; "
-                             f"known: {', '.join(FAMILIES)}")  # fmt: skip
-    return tuple(only)
+    try:
+        return known_families(only, field="only")
+    except ValueError as exc:
+        raise UserInputError(str(exc)) from None
 
 
 class BenchService:
