@@ -31,6 +31,7 @@ from gpulease.agent.containers import (
     registry_of,
     run_argv,
     run_engine,
+    stop_argv,
     write_env_file,
 )
 from tests.components import require, require_root
@@ -125,6 +126,25 @@ def test_sigterm_to_the_engine_process_reaches_the_task_and_exec_joins_it(
         assert joined.returncode == 0, joined.stderr
         assert (work / "execd").read_text() == "in\n"
         proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 75
+        assert (work / "trapped").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_stop_sends_the_stop_signal_to_the_task(podman: ContainerEngine, work: Path) -> None:
+    env_file = write_env_file({}, work.parent)
+    script = "trap 'touch trapped; exit 75' TERM; touch ready; while :; do sleep 0.1; done"
+    proc = subprocess.Popen(
+        run_argv(podman, _phase(work, env_file, script, "t-stop")),
+        env=podman.process_env(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until((work / "ready").exists, 30, "the task to start in its container")
+        stopped = run_engine(podman, stop_argv(podman, container_name("t-stop"), 5))
+        assert stopped.returncode == 0, stopped.stderr
         assert proc.wait(timeout=30) == 75
         assert (work / "trapped").exists()
     finally:
