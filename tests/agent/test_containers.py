@@ -19,16 +19,20 @@ from pathlib import Path
 
 import pytest
 
+from gpulease.agent import jobproc
 from gpulease.agent.containers import (
     ContainerEngine,
     ContainerError,
     ContainerPhase,
     RegistryCredentials,
     container_name,
+    container_running,
     detect_engine,
     ensure_image,
     exec_argv,
+    phase_script,
     registry_of,
+    remove_argv,
     run_argv,
     run_engine,
     stop_argv,
@@ -38,6 +42,8 @@ from tests.components import require, require_root
 from tests.waiting import wait_until
 
 IMAGE = "localhost/gpulease-test-busybox:1"
+WAIT_READY = "touch ready; while :; do sleep 0.1; done"
+TRAP_75 = "trap 'touch trapped; exit 75' TERM; " + WAIT_READY
 
 
 def _busybox_tar(path: Path) -> None:
@@ -113,7 +119,7 @@ def test_sigterm_to_the_engine_process_reaches_the_task_and_exec_joins_it(
     podman: ContainerEngine, work: Path
 ) -> None:
     env_file = write_env_file({}, work.parent)
-    script = "trap 'touch trapped; exit 75' TERM; touch ready; while :; do sleep 0.1; done"
+    script = TRAP_75
     phase = _phase(work, env_file, script, "t-term")
     proc = subprocess.Popen(
         run_argv(podman, phase), env=podman.process_env(os.environ), stdout=subprocess.DEVNULL,
@@ -136,7 +142,7 @@ def test_sigterm_to_the_engine_process_reaches_the_task_and_exec_joins_it(
 
 def test_stop_sends_the_stop_signal_to_the_task(podman: ContainerEngine, work: Path) -> None:
     env_file = write_env_file({}, work.parent)
-    script = "trap 'touch trapped; exit 75' TERM; touch ready; while :; do sleep 0.1; done"
+    script = TRAP_75
     proc = subprocess.Popen(
         run_argv(podman, _phase(work, env_file, script, "t-stop")),
         env=podman.process_env(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -151,6 +157,50 @@ def test_stop_sends_the_stop_signal_to_the_task(podman: ContainerEngine, work: P
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_agents_phase_wrapper_runs_a_container_and_records_its_exit(
+    podman: ContainerEngine, work: Path
+) -> None:
+    """The runner's path: jobproc's wrapper runs the container's command line in the phase's
+    process group; a TERM to the group (a preemption) reaches the task, the exit file has 75."""
+    env_file = write_env_file({"RANK_NAME": "worker 0"}, work.parent)
+    script = "trap 'echo \"$RANK_NAME\" > trapped; exit 75' TERM; " + WAIT_READY
+    line = phase_script(podman, _phase(work, env_file, script, "t-wrapper"))
+    log, exit_file = work.parent / "task.log", work.parent / "run.exit"
+    proc = jobproc.spawn_phase(
+        line, cwd=work, env=podman.process_env(os.environ), log_path=log, exit_path=exit_file
+    )
+    try:
+        wait_until((work / "ready").exists, 30, "the task to start in its container")
+        assert jobproc.signal_group(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 75
+        assert jobproc.read_exit_file(exit_file) == 75
+        assert (work / "trapped").read_text() == "worker 0\n"
+    finally:
+        jobproc.signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_sigkill_of_the_group_leaves_the_container_and_remove_ends_it(
+    podman: ContainerEngine, work: Path
+) -> None:
+    env_file = write_env_file({}, work.parent)
+    line = phase_script(podman, _phase(work, env_file, "touch ready; sleep 60", "t-kill"))
+    proc = jobproc.spawn_phase(
+        line, cwd=work, env=podman.process_env(os.environ), log_path=work.parent / "log",
+        exit_path=work.parent / "exit",
+    )  # fmt: skip
+    name = container_name("t-kill")
+    try:
+        wait_until((work / "ready").exists, 30, "the task to start in its container")
+        jobproc.signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert container_running(podman, name)
+    finally:
+        removed = run_engine(podman, remove_argv(podman, name))
+    assert removed.returncode == 0, removed.stderr
+    assert not container_running(podman, name)
 
 
 def test_a_present_image_is_not_pulled_and_a_failed_login_hides_the_password(

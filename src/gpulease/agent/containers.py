@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -138,6 +139,13 @@ def run_argv(engine: ContainerEngine, phase: ContainerPhase) -> list[str]:
     )
 
 
+def phase_script(engine: ContainerEngine, phase: ContainerPhase) -> str:
+    """:func:`run_argv` as one shell line: what the agent's phase wrapper
+    (:func:`gpulease.agent.jobproc.spawn_phase`) runs in place of the task's script, so the
+    exit file, the process group and its signals work as without a container."""
+    return shlex.join(run_argv(engine, phase))
+
+
 def exec_argv(engine: ContainerEngine, name: str, command: Sequence[str]) -> list[str]:
     """Run ``command`` inside the running container ``name``."""
     return engine.argv("exec", name, *command)
@@ -146,6 +154,19 @@ def exec_argv(engine: ContainerEngine, name: str, command: Sequence[str]) -> lis
 def stop_argv(engine: ContainerEngine, name: str, timeout_s: int) -> list[str]:
     """Stop ``name``: its stop signal, then SIGKILL after ``timeout_s`` seconds."""
     return engine.argv("stop", "--time", str(timeout_s), name)
+
+
+def remove_argv(engine: ContainerEngine, name: str) -> list[str]:
+    """Kill and remove ``name`` at once. Needed after a SIGKILL of the phase's group: that
+    kills the engine's client, not the container (Podman's conmon lives on outside it)."""
+    if engine.kind == "podman":
+        return engine.argv("rm", "--force", "--ignore", "--time", "0", name)
+    return engine.argv("rm", "--force", name)
+
+
+def container_running(engine: ContainerEngine, name: str) -> bool:
+    done = run_engine(engine, engine.argv("ps", "--quiet", "--filter", f"name=^{name}$"))
+    return done.returncode == 0 and bool(done.stdout.strip())
 
 
 def image_exists_argv(engine: ContainerEngine, ref: str) -> list[str]:
