@@ -88,6 +88,9 @@ COMPONENTS: dict[str, Component] = {
                   _commands("prometheus", "promtool")),
         Component("chromium", "headless Chromium and its WebDriver (the dashboard's browser "
                   "test)", ("chromium", "chromium-driver"), _commands("chromium", "chromedriver")),
+        Component("podman", "Podman with the runc runtime, and a static busybox (the agent's "
+                  "container tests build their image from it)",
+                  ("podman", "runc", "busybox-static"), _commands("podman", "runc", "busybox")),
     )
 }  # fmt: skip
 
