@@ -261,3 +261,13 @@ def test_the_schema_describes_the_tiers() -> None:
     properties = task_json_schema()["$defs"]["Resources"]["properties"]
     assert "ultra" in str(properties["disk_tier"]) and properties["disk_tier"]["description"]
     assert "standard" in str(properties["network_tier"])
+
+
+def test_a_docker_image_in_any_of_entries_is_lifted_as_the_task_image() -> None:
+    task, warnings = _parse(
+        "resources:\n  any_of:\n    - {accelerators: A10G, image_id: docker:ubuntu}\n"
+        "    - {accelerators: L4, image_id: docker:ubuntu}\n"
+    )
+    assert task.resources.image_id == "docker:ubuntu"
+    assert task.resources.provider_config == {}
+    assert not any("image_id" in w for w in warnings)
