@@ -17,15 +17,45 @@ optional, and every section in it is optional. Sections read so far:
     2026-12-01 — or one number for every scheme) and ``cost.storage_measure_every`` (how often
     each store's bytes are counted, default ``1h``); see :mod:`gpulease.storage.pricing`,
     docs/cost-ledger.md.
+``containers``
+    credentials for the registries task images are pulled from:
+    ``containers.registries: {ghcr.io: {username, password_env: GHCR_TOKEN}}`` — the password
+    only by the name of its environment variable (see below, docs/containers.md).
+
+Registry credentials (:func:`registry_entries`, :func:`resolve_credential`): each key of
+``containers.registries`` is a registry host (with its port, as
+:func:`gpulease.spec.container_image.registry_of` names it); ``username`` is given in the file,
+the password only by the name of an environment variable (``password_env``), read when the
+credential is resolved — never written in the config file, so it is not in the state DB, a run
+document or a NodeTask either (those carry the registry's name). A resolved
+:class:`RegistryCredential` holds the password as a pydantic ``SecretStr``: its repr, ``str``
+and JSON dump show ``**********``; only :meth:`RegistryCredential.secret` gives the text, for
+the one call that logs in. Bad input raises :class:`~gpulease.errors.UserInputError` naming the
+field.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
 from gpulease.errors import UserInputError
+
+__all__ = [
+    "RegistryCredential",
+    "RegistryEntry",
+    "config_path",
+    "home",
+    "load_config",
+    "registry_entries",
+    "resolve_credential",
+]
 
 
 def home() -> Path:
@@ -54,3 +84,88 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: the config file must be a mapping of sections")
     return data
+
+
+# --- container registry credentials (containers.registries) --------------------------------
+
+_SECTION = "containers.registries"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+class RegistryCredential(BaseModel):
+    """A username and password for one registry; the password never shows (SecretStr)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    registry: str
+    username: str = Field(min_length=1)
+    password: SecretStr
+
+    def secret(self) -> str:
+        """The password's text, for the login call only (never log it)."""
+        return self.password.get_secret_value()
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    """One ``containers.registries`` entry as configured: names only, no secret."""
+
+    registry: str
+    username: str
+    password_env: str
+
+
+def registry_entries(config: Mapping[str, Any]) -> dict[str, RegistryEntry]:
+    """The configured registries by host (lower-cased); ``{}`` without the section."""
+    containers = config.get("containers") or {}
+    if not isinstance(containers, Mapping):
+        raise UserInputError("containers: expected a mapping (registries: {HOST: {...}})")
+    registries = containers.get("registries") or {}
+    if not isinstance(registries, Mapping):
+        raise UserInputError(f"{_SECTION}: expected a mapping of registry host to credentials")
+    return {str(host).lower(): _entry(str(host), spec) for host, spec in registries.items()}
+
+
+def _entry(host: str, spec: Any) -> RegistryEntry:
+    where = f"{_SECTION}.{host}"
+    if not _HOST.match(host.lower()):
+        raise UserInputError(f"{where}: not a registry host (as in ghcr.io or localhost:5000)")
+    if not isinstance(spec, Mapping):
+        raise UserInputError(f"{where}: expected {{username, password_env}}")
+    unknown = sorted(set(map(str, spec)) - {"username", "password_env"})
+    if "password" in unknown:
+        raise UserInputError(
+            f"{where}.password: a password is never written in the config file; "
+            "name the environment variable that holds it with password_env"
+        )
+    if unknown:
+        raise UserInputError(f"{where}.{unknown[0]}: unknown field (username, password_env)")
+    username, env = spec.get("username"), spec.get("password_env")
+    if not isinstance(username, str) or not username.strip():
+        raise UserInputError(f"{where}.username: expected the registry user name (text)")
+    if not isinstance(env, str) or not _ENV_NAME.match(env):
+        raise UserInputError(
+            f"{where}.password_env: expected an environment variable name, as in GHCR_TOKEN"
+        )
+    return RegistryEntry(registry=host.lower(), username=username.strip(), password_env=env)
+
+
+def resolve_credential(
+    entries: Mapping[str, RegistryEntry], registry: str, environ: Mapping[str, str]
+) -> RegistryCredential | None:
+    """The credential for ``registry`` read from ``environ``; None when none is configured
+    (an anonymous pull). A configured one whose variable is unset or empty is an error naming
+    the variable (not its value)."""
+    entry = entries.get(registry.lower())
+    if entry is None:
+        return None
+    password = environ.get(entry.password_env, "")
+    if not password:
+        raise UserInputError(
+            f"{_SECTION}.{entry.registry}.password_env: the environment variable "
+            f"{entry.password_env} is not set (it holds the registry password)"
+        )
+    return RegistryCredential(
+        registry=entry.registry, username=entry.username, password=SecretStr(password)
+    )

@@ -6,6 +6,9 @@ and what user code and the agent agree on:
 - :class:`RunSpec` — what a task runs (``run``, ``setup``, ``envs``, ``workdir``,
   ``file_mounts``, ``provider_config``): typed once by the server from the task spec and carried
   in the launch and job documents, so nothing below the server reads the spec by string keys;
+  ``image`` / ``image_registry`` name the task's container image and the registry whose
+  credentials pull it — a name only: the secret never rides in a run document, a NodeTask, a
+  repr or a log (docs/containers.md);
 - :class:`NodeTask` — the task as one node runs it: the body of ``POST /v1/tasks`` on the agent,
   built by the controller and validated by the agent, the same model on both sides;
 - :class:`TaskState` and its :data:`TERMINAL` / :data:`STARTED` sets — a node task's states (the
@@ -81,6 +84,11 @@ class RunSpec(_Frozen):
     provider_config: dict[str, Any] = Field(default_factory=dict)
     disk_gb: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
     disk_tier: str | None = None
+    # resources.image_id: docker:REF, as a reference the node's Docker or Podman pulls (REF)
+    image: str | None = Field(default=None, min_length=1, max_length=4096)
+    # the registry host the image comes from (docker.io, ghcr.io, localhost:5000): the key of
+    # its credentials in the config's containers.registries; never the credentials themselves
+    image_registry: str | None = Field(default=None, min_length=1, max_length=255)
     # resources.acceptance for the controller (controller/acceptance.py): min_ratio, minimums,
     # max_replacements, checks, degraded_for_s; None: the nodes are not benched before setup
     acceptance: dict[str, Any] | None = None
@@ -126,6 +134,10 @@ class NodeTask(_Frozen):
     agent_ports: tuple[int | None, ...] = ()
     # the accelerator the cluster rented (a catalog name: T4, H100): GPULEASE_ACCELERATOR
     accelerator: str | None = Field(default=None, max_length=64)
+    # the container image setup and run go inside (RunSpec.image), None: on the node itself
+    image: str | None = Field(default=None, min_length=1, max_length=4096)
+    # the registry whose credentials pull ``image`` (RunSpec.image_registry): a name, no secret
+    image_registry: str | None = Field(default=None, min_length=1, max_length=255)
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeTask:
@@ -176,6 +188,8 @@ class NodeTask(_Frozen):
             checkpoint_sync_s=ckpt.sync_s if ckpt.store else None,
             agent_ports=agent_ports,
             accelerator=accelerator,
+            image=run.image,
+            image_registry=run.image_registry if run.image else None,
         )
 
     def digest(self) -> str:
@@ -194,13 +208,17 @@ class NodeTask(_Frozen):
 
     def wire(self) -> dict[str, Any]:
         """The JSON body the agent accepts (the checkpoint-sync fields only when the task
-        syncs, ``agent_ports`` and ``accelerator`` only when known, so a body without them is
-        what older agents accepted)."""
+        syncs, ``agent_ports``, ``accelerator`` and the image fields only when known, so a body
+        without them is what older agents accepted)."""
         exclude = set() if self.checkpoint_store else {"checkpoint_store", "checkpoint_sync_s"}
         if not self.agent_ports:
             exclude.add("agent_ports")
         if self.accelerator is None:
             exclude.add("accelerator")
+        if self.image is None:
+            exclude |= {"image", "image_registry"}
+        elif self.image_registry is None:
+            exclude.add("image_registry")
         return self.model_dump(mode="json", exclude=exclude or None)
 
 

@@ -79,6 +79,16 @@ resources = st.builds(
     disk=st.one_of(st.none(), minimums),
     disk_tier=st.one_of(st.none(), st.sampled_from(["low", "medium", "high", "ultra", "best"])),
     network_tier=st.one_of(st.none(), st.sampled_from(["standard", "best"])),
+    image_id=st.one_of(
+        st.none(),
+        st.sampled_from(
+            [
+                "docker:ubuntu",
+                "docker:nvcr.io/nvidia/pytorch:24.01-py3",
+                "docker:localhost:5000/a/b",
+            ]
+        ),
+    ),
     cpu_arch=st.sampled_from(["x86_64", "arm64", "any"]),
     use_spot=st.sampled_from([True, False, "auto"]),
     providers=st.one_of(st.none(), st.lists(st.sampled_from(["aws", "sim", "local"]), min_size=1)),

@@ -189,7 +189,6 @@ def test_an_ami_the_task_cannot_use_is_an_error_naming_image_id(
 @pytest.mark.parametrize(
     ("image", "form"),
     [
-        ("docker:nvcr.io/nvidia/pytorch:24.01-py3", "docker images (docker:…) are not run yet"),
         ("projects/deeplearning-platform-release/global/images/family/common-cu121",
          "GCP images (projects/…)"),
         ("Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest", "Azure image URNs"),
@@ -201,6 +200,21 @@ def test_other_image_forms_stay_a_warning_naming_the_form(image: str, form: str)
     task, warnings = _parse(f"resources:\n  accelerators: T4\n  image_id: {image!r}\n")
     assert task.resources.provider_config == {} and task.resources.providers is None
     assert any("sky.yaml:3: resources.image_id: ignored" in w and form in w for w in warnings)
+
+
+def test_a_docker_image_is_the_task_image_not_a_warning() -> None:
+    task, warnings = _parse(
+        "resources:\n  cloud: aws\n  image_id: docker:nvcr.io/nvidia/cuda:12.4\n"
+    )
+    assert task.resources.image_id == "docker:nvcr.io/nvidia/cuda:12.4"
+    assert task.resources.provider_config == {} and task.resources.providers == ["aws"]
+    assert not any("image_id" in w for w in warnings)
+
+
+def test_a_docker_image_per_region_stays_a_warning() -> None:
+    task, warnings = _parse("resources:\n  image_id: {us-east-1: 'docker:ubuntu'}\n")
+    assert task.resources.image_id is None and task.resources.regions == ["us-east-1"]
+    assert any("a docker image per region is not supported" in w for w in warnings)
 
 
 def test_image_id_in_any_of_entries_is_lifted_like_other_common_fields() -> None:
@@ -247,3 +261,13 @@ def test_the_schema_describes_the_tiers() -> None:
     properties = task_json_schema()["$defs"]["Resources"]["properties"]
     assert "ultra" in str(properties["disk_tier"]) and properties["disk_tier"]["description"]
     assert "standard" in str(properties["network_tier"])
+
+
+def test_a_docker_image_in_any_of_entries_is_lifted_as_the_task_image() -> None:
+    task, warnings = _parse(
+        "resources:\n  any_of:\n    - {accelerators: A10G, image_id: docker:ubuntu}\n"
+        "    - {accelerators: L4, image_id: docker:ubuntu}\n"
+    )
+    assert task.resources.image_id == "docker:ubuntu"
+    assert task.resources.provider_config == {}
+    assert not any("image_id" in w for w in warnings)

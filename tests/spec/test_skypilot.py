@@ -44,9 +44,10 @@ def test_basic_skypilot_task() -> None:
     assert task.envs == {"MODEL_NAME": "meta-llama/Llama-2-7b-hf", "BATCH_SIZE": "32"}
     assert task.setup is not None
     assert task.run is not None
-    assert "resources.cloud, resources.disk_size, resources.image_id" in messages[0]
+    assert "resources.cloud, resources.disk_size)" in messages[0]
+    assert task.resources.image_id == "docker:nvcr.io/nvidia/pytorch:24.01-py3"
     rest = "\n".join(messages[1:])
-    assert ":8: resources.image_id: ignored" in rest
+    assert "image_id" not in rest
     assert task.resources.ports == [8080]
     assert "resources.ports" not in rest
     assert ":14: file_mounts./checkpoints: ignored" in rest
@@ -149,7 +150,7 @@ def test_infra_strings(infra: str, providers: list[str] | None, regions: list[st
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("image_id", "docker:ubuntu"),
+        ("image_id", "skypilot:gpu-ubuntu-2204"),
         ("labels", "{team: ml}"),
         ("accelerator_args", "{tpu_vm: true}"),
         ("priority", "5"),
@@ -184,11 +185,11 @@ def test_spot_recovery_old_name_and_string_form() -> None:
 
 def test_parse_task_emits_warnings_as_spec_warnings() -> None:
     with pytest.warns(SpecWarning) as record:
-        parse_task("resources:\n  image_id: docker:x\n", "sky.yaml")
+        parse_task("resources:\n  image_id: my-image\n", "sky.yaml")
     assert [str(warning.message) for warning in record] == [
         "sky.yaml: read as a SkyPilot task (SkyPilot fields: resources.image_id)",
         "sky.yaml:2: resources.image_id: ignored (SkyPilot field that gpulease does not honour: "
-        "docker images (docker:…) are not run yet)",
+        "only AWS AMI ids (ami-…) are honoured)",
     ]
 
 

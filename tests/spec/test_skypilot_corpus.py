@@ -266,3 +266,29 @@ def test_an_editor_validating_against_the_schema_flags_no_task_file(
     (document,) = _documents(entry)
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)]
     assert not errors, errors
+
+
+def _docker_images() -> list[tuple[str, str]]:
+    """(file, image) for each corpus file whose resources.image_id is a docker:… image."""
+    found = []
+    for entry in MANIFEST:
+        for data in yaml.safe_load_all((FILES / entry["file"]).read_text()):
+            resources = data.get("resources") if isinstance(data, dict) else None
+            image = resources.get("image_id") if isinstance(resources, dict) else None
+            if isinstance(image, str) and image.startswith("docker:"):
+                found.append((entry["file"], image))
+    return found
+
+
+@pytest.mark.parametrize(("name", "image"), _docker_images())
+def test_a_docker_image_id_is_the_task_image_not_ignored(name: str, image: str) -> None:
+    from gpulease.spec import load_task_with_warnings
+
+    task, messages = load_task_with_warnings(FILES / name)
+    assert task.resources.image_id == image
+    assert not any("image_id: ignored" in message for message in messages)
+    assert not any("resources.image_id" in message for message in messages[:1])
+
+
+def test_the_corpus_has_docker_images() -> None:
+    assert len(_docker_images()) >= 3

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpulease.errors import UserInputError
 from gpulease.spec import Task, task_from_dict_with_warnings
+from gpulease.spec.container_image import image_reference, registry_of
 from gpulease.wire import RunSpec
 
 
@@ -60,6 +61,8 @@ def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
         disk_gb=task.resources.disk.value if task.resources.disk else None,
         disk_tier=task.resources.disk_tier,
         acceptance=_acceptance(task),
+        image=image_reference(task.resources.image_id) if task.resources.image_id else None,
+        image_registry=registry_of(task.resources.image_id) if task.resources.image_id else None,
     )
 
 

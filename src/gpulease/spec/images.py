@@ -4,8 +4,10 @@
 ``resources.provider_config.aws.ami`` (which the aws provider launches from) and limits the task
 to aws, the only place an AMI exists: ``providers`` becomes ``[aws]`` (a list without aws, or
 ``exclude_providers`` naming it, is an error naming ``image_id``), and a per-region mapping
-limits ``regions`` to its regions (listed regions it lacks are an error). Other forms stay
-warnings naming the form: ``docker:IMAGE`` (containers are not run yet), GCP images
+limits ``regions`` to its regions (listed regions it lacks are an error). A container image
+``docker:REF`` stays in ``resources.image_id`` (a gpulease field too: the task runs in it, see
+:mod:`gpulease.spec.container_image`), so it does not mark the file as SkyPilot's. Other forms
+stay warnings naming the form: a docker image per region, GCP images
 (``projects/…``), Azure URNs (``publisher:offer:sku:version``), SkyPilot's own image tags
 (``skypilot:…``); a per-region mapping of such images still limits ``regions`` to its regions
 (the file asks to run only where it has an image).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpulease.spec.container_image import is_docker_image
 from gpulease.spec.yaml_lines import Path
 
 if TYPE_CHECKING:
@@ -35,7 +38,7 @@ def image_form(value: str) -> str | None:
     if text.startswith("ami-"):
         return None
     if text.startswith("docker:"):
-        return "docker images (docker:…) are not run yet"
+        return "a docker image per region is not supported; give one image_id: docker:IMAGE"
     if text.startswith("skypilot:"):
         return "SkyPilot image tags (skypilot:…) are not known; give an AMI id (ami-…)"
     if text.startswith("projects/") or "/global/images/" in text:
@@ -50,8 +53,8 @@ def image_form(value: str) -> str | None:
 
 def translate_image_id(step: Pass, res: dict[Any, Any]) -> None:
     """Move ``res["image_id"]`` (if any) into ``provider_config.aws.ami``; see the module."""
-    if "image_id" not in res:
-        return
+    if "image_id" not in res or is_docker_image(res["image_id"]):
+        return  # a container image: the Resources model validates it
     origin = step.out.origin((*_RES, "image_id"))
     _mark_skypilot(step, origin)
     value = res.pop("image_id")

@@ -40,6 +40,7 @@ from gpulease.spec.accelerators import (
 from gpulease.spec.acceptance import AcceptanceField
 from gpulease.spec.autostop import AutostopField, AutostopSpec
 from gpulease.spec.base import SpecModel as _Model
+from gpulease.spec.container_image import DockerImage
 from gpulease.spec.fields import (
     CpuArchChoice,
     EnvVars,
@@ -242,6 +243,10 @@ class Resources(_Model):
     ports: PortList = Field(default_factory=list)
     """Ports the node's job listens on: 8080, "8000-8010" or a list (SkyPilot's field). For a
     service, the first is the replica port when service.port is not given."""
+    image_id: DockerImage | None = None
+    """Run setup and run inside this container image (SkyPilot's field): docker:NAME[:TAG]
+    [@sha256:DIGEST], pulled by the node's Docker or Podman on every provider (docs/containers.md).
+    An AWS AMI (ami-…) becomes provider_config.aws.ami instead."""
     pool: Annotated[str, Field(min_length=1)] | None = None
     """Managed jobs: run on a node of this pool (gpulease pool up) instead of a new cluster."""
     candidates: list[Candidate] | None = None

@@ -81,9 +81,10 @@ _SKYPILOT_RESOURCES: dict[str, dict[str, Any]] = {
     },
     "image_id": {
         "anyOf": [_TEXT, {"type": "object", "additionalProperties": _TEXT}],
-        "description": _COMPAT + "an AWS AMI (ami-…) or a per-region mapping {us-east-1: "
-        "ami-…}: becomes provider_config.aws.ami and keeps the task on aws; other forms "
-        "(docker:IMAGE, GCP and Azure images) are ignored with a warning.",
+        "description": "A container image docker:NAME[:TAG][@sha256:DIGEST] that setup and run "
+        "go inside, on every provider. " + _COMPAT + "an AWS AMI (ami-…) or a per-region "
+        "mapping {us-east-1: ami-…}: becomes provider_config.aws.ami and keeps the task on aws; "
+        "other forms (GCP and Azure images) are ignored with a warning.",
     },
     "job_recovery": {
         "anyOf": [_TEXT, _ANY_OBJECT],
@@ -107,6 +108,7 @@ def _add_skypilot_fields(schema: dict[str, Any]) -> None:
     resources: dict[str, Any] = schema["$defs"]["Resources"]["properties"]
     for name, field in _SKYPILOT_RESOURCES.items():
         resources.setdefault(name, field)
+    resources["image_id"] = _SKYPILOT_RESOURCES["image_id"]  # the model's docker form, widened
     for name, why in _IGNORED_RESOURCES.items():
         resources.setdefault(name, _ignored(why))
     for name, why in _IGNORED_TOP.items():
