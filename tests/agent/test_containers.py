@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,17 +63,20 @@ def _busybox_tar(path: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> ContainerEngine:
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerEngine]:
     require("podman")
     require_root("Podman runs rootful here (runc)")
     root = tmp_path_factory.mktemp("podman")
+    # Podman refuses a runroot longer than 50 characters; pytest's per-worker temp paths are
+    # longer than that under xdist, so the runroot gets a short directory of its own
+    short = Path(tempfile.mkdtemp(prefix="glpod-", dir="/tmp"))
     conf = root / "containers.conf"
     conf.write_text("[containers]\ndefault_ulimits = []\n")
     engine = ContainerEngine(
         kind="podman",
         executable=shutil.which("podman") or "podman",
         global_args=("--runtime", shutil.which("runc", path="/usr/sbin:/usr/bin") or "runc",
-                     "--root", str(root / "storage"), "--runroot", str(root / "run"),
+                     "--root", str(root / "storage"), "--runroot", str(short / "run"),
                      "--storage-driver", "vfs"),
         env={"CONTAINERS_CONF": str(conf)},
     )  # fmt: skip
@@ -80,7 +84,8 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> ContainerEngine:
     _busybox_tar(tar)
     done = run_engine(engine, engine.argv("import", str(tar), IMAGE))
     assert done.returncode == 0, done.stderr
-    return engine
+    yield engine
+    shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture

@@ -136,10 +136,12 @@ def test_serve_up_requests_update_and_down_on_the_local_provider(
     assert replica["where"] == "local/local" and replica["spot"] is False
     assert replica["cluster"].startswith("hello-") and replica["index"] == 1
     assert view["decisions"][0]["to"] == 1 and view["desired_replicas"] == 1
-    view = server.api.serve_status("hello")
+    # the balancer counts a request once its answer is written: the client may see it first
+    view = wait_until(lambda: ((v := server.api.serve_status("hello"))["load"]["requests"] >= 1
+                      and v) or None, 10, "the request counted")  # fmt: skip
     text = report(view)  # what gpulease serve status NAME prints
     assert f"endpoint {endpoint}" in text and "hello-1-1" in text and "req/s" in text
-    assert view["load"]["requests"] >= 1 and view["cost"]["spent_usd"] >= 0.0
+    assert view["cost"]["spent_usd"] >= 0.0
     logs = server.api.serve_logs("hello", replica=1)
     assert b"replica version 1 listening" in logs.data and logs.replica == 1
 
