@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from gpulease import __version__
 from gpulease.agent import ckpt_sync, files, jobproc, venvs
 from gpulease.agent.api import API_VERSION, ExecRequest
+from gpulease.agent.containers import RegistryCredentials
 from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
@@ -89,6 +90,9 @@ class Agent:
         self.staging = Staging(node_dir / "files", max_upload_bytes=max_upload_bytes)
         self.telemetry: TelemetrySampler | None = None  # set by ``serve`` unless sampling is off
         self.port: int | None = None  # the port it serves on (set by ``serve``)
+        # registry logins the server sent (PUT /v1/registries/HOST): in memory only, never on
+        # disk; the runner of a task with an image pulls with them
+        self._registry_logins: dict[str, RegistryCredentials] = {}
         self._resume_saved_tasks()
 
     @property
@@ -224,6 +228,20 @@ class Agent:
             current.request_stop("cancel", grace_s)
             current.join(grace_s + 1.0)
         self.stopping.set()
+
+    # ---- registry logins ----------------------------------------------------------------------
+
+    def set_registry_login(self, creds: RegistryCredentials) -> None:
+        """Keep ``creds`` (in memory only) for pulls from ``creds.registry``."""
+        with self._lock:
+            self._registry_logins[creds.registry] = creds
+
+    def registry_login(self, registry: str | None) -> RegistryCredentials | None:
+        """The login the server sent for ``registry`` (None: an anonymous pull)."""
+        if registry is None:
+            return None
+        with self._lock:
+            return self._registry_logins.get(registry)
 
     # ---- telemetry ----------------------------------------------------------------------------
 
