@@ -98,6 +98,39 @@ def job_env(
     return env
 
 
+# what a container of the task gets from the agent's own environment (the local provider's
+# fake GPUs; a real node's CUDA_VISIBLE_DEVICES, when it sets one)
+CONTAINER_PASSED = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def container_env(
+    base: Mapping[str, str],
+    sub: NodeTask,
+    *,
+    work_dir: Path,
+    checkpoint_dir: Path,
+    preemption_file: Path,
+    train_stats_file: Path | None = None,
+) -> dict[str, str]:
+    """The environment of a task's container (a task with an image): the layers of
+    :func:`job_env` without the node's own ``PATH``, ``HOME`` and Python environment (the image
+    has its own), so ``PYTHONUNBUFFERED=1``, :data:`CONTAINER_PASSED` from ``base``, the task's
+    ``envs``, then the node variables."""
+    env = {k: base[k] for k in CONTAINER_PASSED if k in base}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(sub.envs)
+    env.update(
+        node_env(
+            sub,
+            work_dir=work_dir,
+            checkpoint_dir=checkpoint_dir,
+            preemption_file=preemption_file,
+            train_stats_file=train_stats_file,
+        )
+    )
+    return env
+
+
 def _python_first(path: str, venv: Path | None = None) -> str:
     """``path`` with the task environment's ``bin`` and the directory of the agent's Python (its
     venv's ``bin``, for ``gpulease`` and the other scripts installed there) in front."""

@@ -36,12 +36,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulease.agent import ckpt_sync, files, jobproc, venvs
+from gpulease.agent.containers import ContainerError
 from gpulease.agent.state import PREEMPTED_EXIT_CODE, TaskRecord, TaskState, set_state
 from gpulease.clock import Clock
 from gpulease.errors import UserInputError
+
+if TYPE_CHECKING:
+    from gpulease.agent.task_container import TaskContainer
 
 log = logging.getLogger("gpulease.agent")
 
@@ -101,8 +105,10 @@ class TaskRunner:
         final_sync_timeout_s: float = ckpt_sync.DEFAULT_FINAL_SYNC_TIMEOUT_S,
         venv: Path | None = None,
         site_dirs: list[str] | None = None,
+        container: TaskContainer | None = None,
     ) -> None:
-        """``venv``: the task environment to make before the first phase (None: none)."""
+        """``venv``: the task environment to make before the first phase (None: none);
+        ``container``: the container the phases run in (a task with an image), else None."""
         self.record = record
         self.paths = paths
         self.env = env
@@ -114,6 +120,7 @@ class TaskRunner:
         self._ckpt: ckpt_sync.CheckpointSync | None = None
         self._venv = venv
         self._site_dirs = site_dirs
+        self.container = container
         self._thread = threading.Thread(target=self._main, name=f"task-{record.task_id}")
         self._thread.daemon = True
 
@@ -142,14 +149,23 @@ class TaskRunner:
             self._terminate_group(pgid, grace_s)
 
     def _terminate_group(self, pgid: int, grace_s: float) -> None:
-        jobproc.signal_group(pgid, signal.SIGTERM)
+        """SIGTERM the phase (inside its container, when it has one: the engine's client in the
+        group would die of it, not pass it on), SIGKILL after ``grace_s``."""
+        if self.container is not None:
+            self.container.signal_all("TERM")
+        else:
+            jobproc.signal_group(pgid, signal.SIGTERM)
         timer = threading.Timer(grace_s, self._kill_if_current, args=(pgid,))
         timer.daemon = True
         timer.start()
 
     def _kill_if_current(self, pgid: int) -> None:
         with self.lock:
-            if self.record.pgid == pgid and jobproc.signal_group(pgid, signal.SIGKILL):
+            if self.record.pgid != pgid:
+                return
+            if self.container is not None:
+                self.container.remove()  # kills what runs inside: the group holds its client
+            if jobproc.signal_group(pgid, signal.SIGKILL):
                 log.info("task %s: grace over, SIGKILL sent", self.record.task_id)
 
     # ---- the thread -------------------------------------------------------------------------
@@ -177,7 +193,7 @@ class TaskRunner:
         syncing = rec.state is TaskState.SETTING_UP and rec.phase is None  # restarted mid-sync
         if (rec.state is TaskState.PENDING or syncing) and not self._prepare():
             return
-        if not self._ensure_venv():
+        if not (self._ensure_container() if self.container else self._ensure_venv()):
             return
         for phase in ("setup", "run"):
             if phase in rec.phases_done or (phase == "setup" and not rec.submission.setup):
@@ -196,7 +212,9 @@ class TaskRunner:
         """Sync files (SETTING_UP when there is anything to set up); False when the task
         ended."""
         sub = self.record.submission
-        needs_setup = bool(sub.setup or sub.workdir or sub.file_mounts or sub.checkpoint_store)
+        needs_setup = bool(
+            sub.setup or sub.workdir or sub.file_mounts or sub.checkpoint_store or sub.image
+        )
         with self.lock:
             if self._stopped_before_start():
                 return False
@@ -225,6 +243,20 @@ class TaskRunner:
         except venvs.VenvError as exc:
             with self.lock:
                 self._end(TaskState.FAILED, f"task environment: {exc}")
+            return False
+        return True
+
+    def _ensure_container(self) -> bool:
+        """Start (or adopt) the task's container, pulling its image when the node lacks it;
+        False when that failed the task."""
+        assert self.container is not None
+        try:
+            if self.container.ensure_running():
+                ckpt_sync.append_log(self.paths.log, f"container {self.container.name} started "
+                                     f"from image {self.container.image}")  # fmt: skip
+        except (ContainerError, ValueError) as exc:
+            with self.lock:
+                self._end(TaskState.FAILED, f"container: {exc}")
             return False
         return True
 
@@ -369,8 +401,11 @@ class TaskRunner:
 
     def _spawn(self, phase: str, exit_path: Path, turn: int | None) -> subprocess.Popen[bytes]:
         sub = self.record.submission
+        script = (sub.setup if phase == "setup" else sub.run) or ""
+        if self.container is not None:
+            script = self.container.phase_script(script)
         return jobproc.spawn_phase(
-            (sub.setup if phase == "setup" else sub.run) or "",
+            script,
             cwd=self.paths.work_dir,
             env=self.env,
             log_path=self.paths.log,
@@ -405,6 +440,8 @@ class TaskRunner:
         return True
 
     def _end(self, state: TaskState, detail: str) -> None:
+        if self.container is not None:
+            self.container.remove()  # before the end is reported: nothing of it runs on
         set_state(self.record, state, self._clock.now(), detail)
         self._persist(self.record)
         log.info("task %s: %s %s", self.record.task_id, state.value, detail)

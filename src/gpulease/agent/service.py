@@ -30,11 +30,16 @@ from typing import TYPE_CHECKING, Any
 from gpulease import __version__
 from gpulease.agent import ckpt_sync, files, jobproc, venvs
 from gpulease.agent.api import API_VERSION, ExecRequest
-from gpulease.agent.containers import RegistryCredentials
+from gpulease.agent.containers import (
+    ContainerEngine,
+    RegistryCredentials,
+    detect_engine,
+)
 from gpulease.agent.env import job_env
 from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
+from gpulease.agent.task_container import TaskContainer, task_container
 from gpulease.agent.telemetry.peers import Peer
 from gpulease.agent.telemetry.sampler import TelemetrySampler, metrics_report
 from gpulease.atomic import write_atomic
@@ -93,6 +98,8 @@ class Agent:
         # registry logins the server sent (PUT /v1/registries/HOST): in memory only, never on
         # disk; the runner of a task with an image pulls with them
         self._registry_logins: dict[str, RegistryCredentials] = {}
+        self._container_engine: ContainerEngine | None = None
+        self._engine_found = False
         self._resume_saved_tasks()
 
     @property
@@ -211,9 +218,13 @@ class Agent:
         return runner.record.task_id
 
     def exec(self, task_id: str, req: ExecRequest) -> ExecResult:
+        """Run ``req.command`` on the node — inside the task's container while it runs."""
         runner = self._runner(task_id)
+        command = req.command
+        if runner.container is not None and runner.container.running():
+            command = runner.container.phase_script(command)
         return jobproc.run_exec(
-            req.command,
+            command,
             cwd=self.work_dir,
             env=runner.env,
             timeout_s=req.timeout_s,
@@ -345,7 +356,10 @@ class Agent:
         return files.resolve_remote(sub.checkpoint_dir or "checkpoints", self.work_dir, home)
 
     def _runner_for(self, record: TaskRecord, paths: TaskPaths) -> TaskRunner:
-        venv = venvs.venv_path(self.venv_root, record.submission.setup, self._site_dirs)
+        container = self._container_for(record.submission, paths)
+        venv = None
+        if container is None:  # in an image, the image's own Python runs the task
+            venv = venvs.venv_path(self.venv_root, record.submission.setup, self._site_dirs)
         env = job_env(
             self._base_env,
             record.submission,
@@ -365,7 +379,30 @@ class Agent:
             final_sync_timeout_s=self.final_sync_timeout_s,
             venv=venv,
             site_dirs=self._site_dirs,
+            container=container,
         )
+
+    def _container_for(self, sub: NodeTask, paths: TaskPaths) -> TaskContainer | None:
+        """The container a task with an image runs in (None: the task has no image)."""
+        if sub.image is None:
+            return None
+        registry = sub.image_registry
+        return task_container(
+            sub,
+            self._engine(),
+            node_dir=self.node_dir,
+            paths=paths,
+            base_env=self._base_env,
+            credentials=lambda: self.registry_login(registry),
+        )
+
+    def _engine(self) -> ContainerEngine | None:
+        """The node's container engine (found once, on the agent's ``PATH``)."""
+        with self._lock:
+            if not self._engine_found:
+                self._container_engine = detect_engine(self._base_env.get("PATH"))
+                self._engine_found = True
+            return self._container_engine
 
     def _resume_saved_tasks(self) -> None:
         for path in sorted((self.node_dir / "tasks").glob("*/task.json")):

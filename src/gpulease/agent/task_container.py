@@ -1,0 +1,234 @@
+"""The container one task attempt runs in, when its task names an image (``resources.image_id``).
+
+What this module owns: the life of that container on the node. One container per task attempt,
+started before the first phase and removed when the task ends, so what ``setup`` installs is
+there for ``run`` and ``gpulease exec`` enters the same environment (SkyPilot's model):
+
+- **start** (:meth:`TaskContainer.ensure_running`): the image made present (pulled at most once
+  per node, with the registry login the server sent), then ``ENGINE run --detach`` of a keeper
+  process that ignores SIGTERM (so a stop reaches the task's processes, never the container
+  itself), with ``--init``, host networking, the work, checkpoint and task directories
+  bind-mounted at the same paths, the GPUs passed through when the node has NVIDIA devices,
+  and the task's environment from a 0600 ``--env-file`` deleted at once. A container already
+  running under the attempt's name (the agent restarted) is adopted as it is.
+- **phases** (:meth:`TaskContainer.phase_script`): the shell line the agent's phase wrapper
+  runs in place of the task's script: ``ENGINE exec -w WORK NAME sh -c …`` running the script
+  with ``bash`` when the image has it, else ``sh``. The exit status, the exit file and the
+  process group on the host work as without a container.
+- **stops** (:meth:`TaskContainer.signal_all`): a signal sent *inside* the container to every
+  process but its init and keeper (``kill -s TERM -1`` from an exec'd shell): a preemption
+  notice reaches the training as SIGTERM, so ``gpulease.train`` saves and exits 75 there as
+  it does outside. (Signalling the host group would kill the engine's client, not the task.)
+- **end** (:meth:`TaskContainer.remove`): ``rm --force`` at once, which also ends what a
+  grace-period SIGKILL must end.
+
+Every container is labelled ``gpulease.task`` (the task id) and ``gpulease.node`` (the node
+directory), so a provider that tears a node down finds what it left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpulease.agent.containers import (
+    ContainerEngine,
+    ContainerError,
+    RegistryCredentials,
+    container_name,
+    container_running,
+    ensure_image,
+    exec_argv,
+    gpu_args,
+    remove_argv,
+    run_engine,
+    write_env_file,
+)
+from gpulease.agent.env import container_env
+from gpulease.wire import NodeTask
+
+if TYPE_CHECKING:
+    from gpulease.agent.runner import TaskPaths
+
+log = logging.getLogger("gpulease.agent")
+
+TASK_LABEL = "gpulease.task"
+NODE_LABEL = "gpulease.node"
+# the container's main process: it ignores the stop signals (a stop is for the task's
+# processes), and an ignored signal stays ignored across exec, so the sleeps ignore them too
+KEEPER = ("sh", "-c", "trap '' TERM INT HUP; while :; do sleep 3600; done")
+# the phase inside: bash when the image has it (task scripts are written for bash), else sh
+_PHASE_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; exec sh -c "$1"'
+_NVIDIA_DEVICE = Path("/dev/nvidiactl")
+
+
+@dataclass(frozen=True)
+class ContainerMounts:
+    """The host directories a task's container sees at the same paths."""
+
+    work_dir: Path
+    checkpoint_dir: Path
+    task_dir: Path  # the preemption file and the train stats file live here
+
+    def volumes(self) -> list[str]:
+        dirs: list[Path] = []
+        for d in (self.work_dir, self.checkpoint_dir, self.task_dir):
+            if not any(d.is_relative_to(kept) for kept in dirs):
+                dirs.append(d)
+        return [arg for d in dirs for arg in ("-v", f"{d}:{d}")]
+
+
+class TaskContainer:
+    """The container of one task attempt on this node."""
+
+    def __init__(
+        self,
+        engine: ContainerEngine | None,
+        *,
+        image: str,
+        name: str,
+        task_id: str,
+        node_dir: Path,
+        mounts: ContainerMounts,
+        env: Mapping[str, str],
+        credentials: Callable[[], RegistryCredentials | None] = lambda: None,
+        gpus: bool | None = None,
+    ) -> None:
+        """``env``: the variables the task sees inside; ``credentials``: the registry login
+        (asked for when a pull is needed); ``gpus`` None: when the node has NVIDIA devices.
+        ``engine`` None: the node has none, and starting fails saying so."""
+        self.engine = engine
+        self.image = image
+        self.name = name
+        self.task_id = task_id
+        self.node_dir = node_dir
+        self.mounts = mounts
+        self.env = dict(env)
+        self._credentials = credentials
+        self._gpus = _NVIDIA_DEVICE.exists() if gpus is None else gpus
+
+    # ---- start --------------------------------------------------------------------------------
+
+    def ensure_running(self) -> bool:
+        """Make the container run (adopting one that does); True when it was started now. A
+        failure (no engine, no image, an engine error) is a :class:`ContainerError` naming
+        what failed."""
+        engine = self._engine()
+        if container_running(engine, self.name):
+            return False
+        run_engine(engine, remove_argv(engine, self.name))  # a stopped leftover
+        if ensure_image(engine, self.image, self._credentials()):
+            log.info("task %s: pulled image %s", self.task_id, self.image)
+        env_file = write_env_file(self.env, self.mounts.task_dir)
+        try:
+            done = run_engine(engine, self.run_argv(env_file))
+        finally:
+            env_file.unlink(missing_ok=True)
+        if done.returncode != 0:
+            detail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+            raise ContainerError(f"starting a container from {self.image} failed "
+                                 f"({engine.kind}): {detail[0]}")  # fmt: skip
+        return True
+
+    def _engine(self) -> ContainerEngine:
+        if self.engine is None:
+            raise ContainerError(f"the task runs in image {self.image}, but this node has no "
+                                 "container engine (podman or docker on PATH)")  # fmt: skip
+        return self.engine
+
+    def run_argv(self, env_file: Path) -> list[str]:
+        """The detached ``run`` of the keeper, with everything the task's phases need."""
+        engine, work = self._engine(), str(self.mounts.work_dir)
+        return engine.argv(
+            "run",
+            "--detach",
+            "--name",
+            self.name,
+            "--init",
+            "--label",
+            f"{TASK_LABEL}={self.task_id}",
+            "--label",
+            f"{NODE_LABEL}={self.node_dir}",
+            "--network",
+            "host",
+            *self.mounts.volumes(),
+            "-w",
+            work,
+            "--env-file",
+            str(env_file),
+            *(gpu_args(engine) if self._gpus else []),
+            self.image,
+            *KEEPER,
+        )
+
+    # ---- phases and exec ------------------------------------------------------------------------
+
+    def phase_script(self, script: str) -> str:
+        """The host shell line that runs ``script`` inside the container."""
+        return shlex.join(self.exec_argv(script))
+
+    def exec_argv(self, script: str) -> list[str]:
+        """``exec`` of ``script`` in the work directory (the container's environment is the
+        task's)."""
+        return self._engine().argv(
+            "exec", "-w", str(self.mounts.work_dir), self.name,
+            "sh", "-c", _PHASE_SHELL, "gpulease-phase", script,
+        )  # fmt: skip
+
+    # ---- stops and the end ----------------------------------------------------------------------
+
+    def signal_all(self, signal_name: str) -> bool:
+        """Send ``signal_name`` (``TERM``, ``KILL``…) to every process of the container but its
+        init and keeper; False when the container is not running."""
+        if self.engine is None:
+            return False
+        argv = exec_argv(self.engine, self.name, ["sh", "-c", f"kill -s {signal_name} -1"])
+        done = run_engine(self.engine, argv, timeout_s=30)
+        return done.returncode == 0
+
+    def running(self) -> bool:
+        return self.engine is not None and container_running(self.engine, self.name)
+
+    def remove(self) -> None:
+        """Kill and remove the container (nothing when it is gone already)."""
+        if self.engine is None:
+            return
+        done = run_engine(self.engine, remove_argv(self.engine, self.name))
+        if done.returncode != 0:
+            log.warning("task %s: removing container %s failed: %s", self.task_id, self.name,
+                        done.stderr.strip()[-300:])  # fmt: skip
+
+
+def task_container(
+    sub: NodeTask,
+    engine: ContainerEngine | None,
+    *,
+    node_dir: Path,
+    paths: TaskPaths,
+    base_env: Mapping[str, str],
+    credentials: Callable[[], RegistryCredentials | None],
+) -> TaskContainer:
+    """The container of ``sub``'s attempt (``sub.image`` set), named
+    ``gpulease-<task id>-<attempt>``."""
+    assert sub.image is not None
+    return TaskContainer(
+        engine,
+        image=sub.image,
+        name=container_name(sub.task_id, str(sub.attempt)),
+        task_id=sub.task_id,
+        node_dir=node_dir,
+        mounts=ContainerMounts(paths.work_dir, paths.checkpoint_dir, paths.task_dir),
+        env=container_env(
+            base_env,
+            sub,
+            work_dir=paths.work_dir,
+            checkpoint_dir=paths.checkpoint_dir,
+            preemption_file=paths.preemption_file,
+            train_stats_file=paths.train_stats_file,
+        ),
+        credentials=credentials,
+    )

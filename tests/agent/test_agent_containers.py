@@ -1,0 +1,185 @@
+"""A task with an image on a REAL agent: its phases run in one container (a real Podman, found on
+the agent's ``PATH`` and configured by ``CONTAINERS_CONF`` / ``CONTAINERS_STORAGE_CONF`` in its
+environment), a preemption notice reaches the task inside as SIGTERM, ``exec`` enters the
+container, an agent restart adopts it, and the container is gone once the task ended.
+
+The image is a static busybox imported in the test (no registry is reachable here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpulease.agent.containers import ContainerEngine, container_running, detect_engine, run_engine
+from tests.agent.conftest import AgentProcess, task
+from tests.agent.test_containers import _busybox_tar
+from tests.components import require, require_root
+from tests.waiting import wait_until
+
+BUSYBOX_IMAGE = "localhost/gpulease-test-busybox:1"
+
+pytestmark = pytest.mark.xdist_group("podman")
+READY = 'touch "$GPULEASE_WORK_DIR/ready"'
+
+
+@pytest.fixture(scope="module")
+def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    require("podman")
+    require_root("Podman runs rootful here (runc)")
+    root = tmp_path_factory.mktemp("podman-env")
+    short = Path(tempfile.mkdtemp(prefix="glpod-", dir="/tmp"))
+    (root / "containers.conf").write_text(
+        '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\n'
+    )
+    (root / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/storage"\n'
+        f'runroot = "{short}/run"\n'
+    )
+    env = {
+        "CONTAINERS_CONF": str(root / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(root / "storage.conf"),
+    }
+    yield env
+    found = detect_engine()
+    if found is not None:
+        eng = ContainerEngine(found.kind, found.executable, env=env)
+        run_engine(eng, eng.argv("system", "reset", "--force"))
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def busybox_image(podman_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    found = detect_engine()
+    assert found is not None
+    eng = ContainerEngine(found.kind, found.executable, env=podman_env)
+    tar = tmp_path_factory.mktemp("busybox") / "busybox.tar"
+    _busybox_tar(tar)
+    done = run_engine(eng, eng.argv("import", str(tar), BUSYBOX_IMAGE))
+    assert done.returncode == 0, done.stderr
+    return BUSYBOX_IMAGE
+
+
+@pytest.fixture
+def engine(podman_env: dict[str, str]) -> ContainerEngine:
+    found = detect_engine()
+    assert found is not None
+    return ContainerEngine(found.kind, found.executable, env=podman_env)
+
+
+@pytest.fixture
+def container_agent(
+    agent_factory: Callable[..., AgentProcess], podman_env: dict[str, str], busybox_image: str
+) -> AgentProcess:
+    return agent_factory(env=podman_env)
+
+
+def _task_containers(engine: ContainerEngine, task_id: str) -> list[str]:
+    argv = engine.argv("ps", "-a", "--quiet", "--filter", f"label=gpulease.task={task_id}")
+    done = run_engine(engine, argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_setup_and_run_share_one_container_with_the_task_env_and_it_is_removed_after(
+    container_agent: AgentProcess, engine: ContainerEngine
+) -> None:
+    work = container_agent.node_dir / "work"
+    sub = task(
+        "c-ok",
+        image=BUSYBOX_IMAGE,
+        envs={"GREETING": "hello"},
+        setup="echo from-setup > /in-the-image",
+        run='cat /in-the-image > out.txt; echo "$GREETING $GPULEASE_NODE_RANK $(pwd)" >> out.txt',
+    )
+    container_agent.api.submit(sub)
+    status = container_agent.wait_state("c-ok", timeout=60)
+    assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-ok")
+    assert (work / "out.txt").read_text() == f"from-setup\nhello 0 {work}\n"
+    assert not Path("/in-the-image").exists()  # it was the container's root, not the host's
+    assert _task_containers(engine, "c-ok") == []
+
+
+def test_a_preemption_notice_reaches_the_task_inside_and_exit_75_is_preempted(
+    container_agent: AgentProcess, engine: ContainerEngine
+) -> None:
+    run = (
+        "on_term() { test -e \"$GPULEASE_PREEMPTION_FILE\" && echo notice-seen; "
+        'touch "$GPULEASE_CHECKPOINT_DIR/saved"; exit 75; }; trap on_term TERM; '
+        + READY
+        + "; while :; do sleep 0.1; done"
+    )
+    container_agent.api.submit(task("c-pre", image=BUSYBOX_IMAGE, run=run))
+    work = container_agent.node_dir / "work"
+    wait_until((work / "ready").exists, 60, "the task to start in its container")
+    joined = container_agent.api.exec("c-pre", "test -d /proc/1 && cat /proc/1/comm")
+    assert joined.exit_code == 0 and joined.output.strip() != "", joined.output
+    container_agent.api.preempt("c-pre", grace_s=20)
+    status = container_agent.wait_state("c-pre", timeout=60)
+    assert (status["state"], status["exit_code"]) == ("PREEMPTED", 75), status
+    assert "notice-seen" in container_agent.all_logs("c-pre")
+    assert (work / "checkpoints" / "saved").exists()
+    assert _task_containers(engine, "c-pre") == []
+
+
+def test_a_task_ignoring_sigterm_is_killed_after_the_grace_with_its_container(
+    container_agent: AgentProcess, engine: ContainerEngine
+) -> None:
+    run = "trap '' TERM; " + READY + "; while :; do sleep 0.1; done"
+    container_agent.api.submit(task("c-kill", image=BUSYBOX_IMAGE, run=run))
+    wait_until((container_agent.node_dir / "work" / "ready").exists, 60, "the task to start")
+    container_agent.api.cancel("c-kill", grace_s=1.0)
+    status = container_agent.wait_state("c-kill", timeout=60)
+    assert status["state"] == "CANCELLED"
+    assert _task_containers(engine, "c-kill") == []
+
+
+def test_exec_enters_the_running_container(container_agent: AgentProcess) -> None:
+    run = "echo inside > /marker; " + READY + "; while :; do sleep 0.1; done"
+    container_agent.api.submit(task("c-exec", image=BUSYBOX_IMAGE, run=run))
+    wait_until((container_agent.node_dir / "work" / "ready").exists, 60, "the task to start")
+    result = container_agent.api.exec("c-exec", 'cat /marker; echo "$GPULEASE_TASK_ID"; pwd')
+    assert result.exit_code == 0, result.output
+    work = container_agent.node_dir / "work"
+    assert result.output.split() == ["inside", "c-exec", str(work)]
+    container_agent.api.cancel("c-exec", grace_s=5)
+    container_agent.wait_state("c-exec", timeout=60)
+
+
+def test_a_restarted_agent_adopts_the_running_container(
+    container_agent: AgentProcess, engine: ContainerEngine
+) -> None:
+    work = container_agent.node_dir / "work"
+    run = READY + '; while [ ! -e "$GPULEASE_WORK_DIR/go" ]; do sleep 0.1; done; echo done > out'
+    container_agent.api.submit(task("c-adopt", image=BUSYBOX_IMAGE, run=run))
+    wait_until((work / "ready").exists, 60, "the task to start")
+    (name,) = _task_containers(engine, "c-adopt")
+    container_agent.kill()  # the agent only: its job and the container live on
+    container_agent.start()
+    assert container_running(engine, "gpulease-c-adopt-0")
+    (work / "go").touch()
+    status = container_agent.wait_state("c-adopt", timeout=60)
+    assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-adopt")
+    assert (work / "out").read_text() == "done\n"
+    assert _task_containers(engine, "c-adopt") == []
+    assert name
+
+
+def test_a_node_without_an_engine_fails_the_task_saying_so(
+    agent_factory: Callable[..., AgentProcess], tmp_path: Path
+) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("bash", "sh", "env"):
+        os.symlink(f"/bin/{tool}" if Path(f"/bin/{tool}").exists() else f"/usr/bin/{tool}",
+                   bare / tool)  # fmt: skip
+    agent = agent_factory(env={"PATH": str(bare)})
+    agent.api.submit(task("c-none", image=BUSYBOX_IMAGE, run="true"))
+    status = agent.wait_state("c-none", timeout=30)
+    assert status["state"] == "FAILED"
+    assert "no container engine" in status["detail"], status
