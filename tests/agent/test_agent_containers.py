@@ -38,8 +38,7 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\n'
     )
     (root / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/storage"\n'
-        f'runroot = "{short}/run"\n'
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/storage"\nrunroot = "{short}/run"\n'
     )
     env = {
         "CONTAINERS_CONF": str(root / "containers.conf"),
@@ -109,7 +108,7 @@ def test_a_preemption_notice_reaches_the_task_inside_and_exit_75_is_preempted(
     container_agent: AgentProcess, engine: ContainerEngine
 ) -> None:
     run = (
-        "on_term() { test -e \"$GPULEASE_PREEMPTION_FILE\" && echo notice-seen; "
+        'on_term() { test -e "$GPULEASE_PREEMPTION_FILE" && echo notice-seen; '
         'touch "$GPULEASE_CHECKPOINT_DIR/saved"; exit 75; }; trap on_term TERM; '
         + READY
         + "; while :; do sleep 0.1; done"
