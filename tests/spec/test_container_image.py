@@ -10,7 +10,6 @@ from gpulease.errors import SpecError
 from gpulease.server.tasks import run_spec
 from gpulease.spec import parse_task_with_warnings
 from gpulease.spec.container_image import image_reference, parse_docker_image, registry_of
-from gpulease.spec.loader import NO_CONTAINER
 from gpulease.wire import NodeTask
 
 from .strategies import examples
@@ -100,12 +99,12 @@ def test_no_text_raises_anything_but_value_error(text: str) -> None:
     assert registry_of(parsed)
 
 
-def test_a_native_task_takes_the_image_with_only_the_interim_note() -> None:
+def test_a_native_task_takes_the_image_without_a_warning() -> None:
     task, warnings = parse_task_with_warnings(
         "resources:\n  image_id: docker:ghcr.io/org/train:v1\nrun: python train.py\n", "t.yaml"
     )
     assert task.resources.image_id == "docker:ghcr.io/org/train:v1"
-    assert warnings == [f"t.yaml:2: resources.image_id: {NO_CONTAINER}"]  # until the runner is
+    assert warnings == []
 
 
 def test_a_bad_reference_is_an_error_naming_the_field_and_line() -> None:

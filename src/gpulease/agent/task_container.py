@@ -23,7 +23,8 @@ there for ``run`` and ``gpulease exec`` enters the same environment (SkyPilot's 
   grace-period SIGKILL must end.
 
 Every container is labelled ``gpulease.task`` (the task id) and ``gpulease.node`` (the node
-directory), so a provider that tears a node down finds what it left behind.
+directory), and noted in ``<node dir>/containers/`` before it starts, so a provider that tears a
+node down (the local provider: gpulease.providers._local_containers) finds what it left behind.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ log = logging.getLogger("gpulease.agent")
 
 TASK_LABEL = "gpulease.task"
 NODE_LABEL = "gpulease.node"
+CONTAINER_NOTES = "containers"  # <node dir>/containers/<name>: noted before it is started
 # the container's main process: it ignores the stop signals (a stop is for the task's
 # processes), and an ignored signal stays ignored across exec, so the sleeps ignore them too
 KEEPER = ("sh", "-c", "trap '' TERM INT HUP; while :; do sleep 3600; done")
@@ -107,7 +109,10 @@ class TaskContainer:
         self.task_id = task_id
         self.node_dir = node_dir
         self.mounts = mounts
-        self.env = dict(env)
+        # inside, the task can tell where it runs; ``gpulease ssh`` enters the container by these
+        self.env = {**env, "GPULEASE_CONTAINER": name}
+        if engine is not None:
+            self.env["GPULEASE_CONTAINER_ENGINE"] = engine.executable
         self._credentials = credentials
         self._gpus = _NVIDIA_DEVICE.exists() if gpus is None else gpus
 
@@ -123,6 +128,9 @@ class TaskContainer:
         run_engine(engine, remove_argv(engine, self.name))  # a stopped leftover
         if ensure_image(engine, self.image, self._credentials()):
             log.info("task %s: pulled image %s", self.task_id, self.image)
+        notes = self.node_dir / CONTAINER_NOTES  # intent first: whoever removes the node looks
+        notes.mkdir(exist_ok=True)
+        (notes / self.name).touch()
         env_file = write_env_file(self.env, self.mounts.task_dir)
         try:
             done = run_engine(engine, self.run_argv(env_file))

@@ -8,6 +8,11 @@ local ``bash`` started there. On providers whose nodes are machines the server l
 options), it is a real ``ssh`` session to the node that changes to that directory and starts
 ``bash`` with that environment (through ``sudo -n`` when the login user is not root: the agent
 runs as root). The key is a file on the server's machine: this works where the server runs.
+
+A task with an image (``resources.image_id``) runs in a container; the probe then answers from
+inside it (``GPULEASE_CONTAINER`` names it, ``GPULEASE_CONTAINER_ENGINE`` the engine that runs
+it), and the shell is ``ENGINE exec -it`` into that container (on the node, over ``ssh``, on
+providers with remote nodes), where the task's environment is the container's own.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def ssh(
         raise UserInputError(f"ssh: the node did not answer: {probe['output'][:200]}")
     cwd, *pairs = probe["output"].split("\0")
     env = dict(p.split("=", 1) for p in pairs if "=" in p)
+    inside = container_argv(env, cwd, command)
+    if inside is not None:
+        if target is not None:
+            os.execvp("ssh", remote_container_argv(target, inside, command))
+        os.execvp(inside[0], inside)
     if target is not None:
         os.execvp("ssh", remote_argv(target, cwd, env, command))
     os.chdir(cwd)
@@ -52,16 +62,47 @@ def ssh(
     os.execvpe("bash", argv, env)
 
 
-def remote_argv(
-    target: dict[str, Any], cwd: str, env: dict[str, str], command: str | None
+_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash {f} "$@"; fi; exec sh {f} "$@"'
+
+
+def container_argv(env: dict[str, str], cwd: str, command: str | None) -> list[str] | None:
+    """``ENGINE exec`` into the task's container (bash there when it has it, else sh), or None
+    when the task runs on the node itself."""
+    name, engine = env.get("GPULEASE_CONTAINER"), env.get("GPULEASE_CONTAINER_ENGINE")
+    if not name or not engine:
+        return None
+    if command is not None:
+        return [engine, "exec", "-i", "-w", cwd, name, "sh", "-c", _SHELL.format(f="-c"),
+                "gpulease-ssh", command]  # fmt: skip
+    return [engine, "exec", "-i", "-t", "-w", cwd, name, "sh", "-c", _SHELL.format(f="-i"),
+            "gpulease-ssh"]  # fmt: skip
+
+
+def remote_container_argv(
+    target: dict[str, Any], inside: list[str], command: str | None
 ) -> list[str]:
-    """``ssh`` into the node, then ``cd`` to the task's directory and run bash in its env."""
+    """``ssh`` into the node, then the engine's ``exec`` into the task's container."""
+    _check_key(target)
+    sudo = "" if target["user"] == "root" else "sudo -n "
+    tty = [] if command is not None else ["-t"]
+    remote = sudo + shlex.join(inside)
+    return ["ssh", *tty, *target["options"], str(target["destination"]), remote]
+
+
+def _check_key(target: dict[str, Any]) -> None:
     key = Path(str(target["key_file"]))
     if not key.exists():
         raise UserInputError(
             f"ssh: the node's key {key} is on the server's machine, not here: run gpulease ssh "
             "where the server runs"
         )
+
+
+def remote_argv(
+    target: dict[str, Any], cwd: str, env: dict[str, str], command: str | None
+) -> list[str]:
+    """``ssh`` into the node, then ``cd`` to the task's directory and run bash in its env."""
+    _check_key(target)
     if "TERM" in os.environ:
         env = {**env, "TERM": os.environ["TERM"]}
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())

@@ -52,6 +52,7 @@ from gpulease.backoff import backoff_delay
 from gpulease.clock import Clock, SystemClock
 from gpulease.config import home, load_config
 from gpulease.errors import UserInputError
+from gpulease.providers._local_containers import remove_node_containers
 from gpulease.providers._local_gpus import GpuLoad, parse_gpu_load
 from gpulease.providers._local_registry import NodeRecord, Registry
 from gpulease.providers._procs import ProcessTable, join_cgroup, node_cgroups
@@ -362,6 +363,7 @@ class LocalProvider(
         if record.sid is None:
             return _S.PENDING, ""  # intent written, agent not started: launch again starts it
         if not alive:
+            remove_node_containers(self._node_dir(record.id))
             self._set_state(record, _S.TERMINATED)
             return _S.TERMINATED, "the node's processes exited without a terminate"
         if not record.healthy and self._answers_health(record):
@@ -378,6 +380,8 @@ class LocalProvider(
             ):
                 table.signal(record.sid, signal.SIGKILL)  # outlived the grace period
             return _S.STOPPING if record.state is _S.STOPPED else record.state
+        if record.state in (_S.TERMINATING, _S.STOPPING):
+            remove_node_containers(self._node_dir(record.id))  # they outlive the session
         if record.state is _S.TERMINATING:
             shutil.rmtree(self._node_dir(record.id), ignore_errors=True)
             self._set_state(record, _S.TERMINATED)

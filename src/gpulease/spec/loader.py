@@ -81,33 +81,7 @@ def _task_from_document(
         raise SpecError(f"a value cannot be handled: {exc}", source=doc.source) from None
     if require_envs:
         require_values(doc)
-    if task.resources.image_id is not None:  # until the agent runs phases in the image
-        at = ("resources", "image_id")
-        note = (doc.line(at) or 0, str(doc.error(at, NO_CONTAINER)))
-        return task, _in_line_order(normalized.warnings, *note)
     return task, normalized.warnings
-
-
-def _line_of(message: str) -> int | None:
-    """The line number of a ``source:line: …`` warning, None for one without."""
-    parts = message.split(":", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-
-
-def _in_line_order(messages: list[str], line: int, message: str) -> list[str]:
-    """``messages`` with ``message`` (of ``line``) before the first one of a later line."""
-    for i, other in enumerate(messages):
-        found = _line_of(other)
-        if found is not None and found > line:
-            return [*messages[:i], message, *messages[i:]]
-    return [*messages, message]
-
-
-NO_CONTAINER = (
-    "read and sent to the node, but this version still runs setup and run on the "
-    "node itself, not inside the image (the agent's container runner comes next: "
-    "docs/containers.md)"
-)
 
 
 def _emit(messages: list[str]) -> None:
