@@ -1,7 +1,8 @@
 """A task with an image on a REAL agent: its phases run in one container (a real Podman, found on
 the agent's ``PATH`` and configured by ``CONTAINERS_CONF`` / ``CONTAINERS_STORAGE_CONF`` in its
 environment), a preemption notice reaches the task inside as SIGTERM, ``exec`` enters the
-container, an agent restart adopts it, and the container is gone once the task ended.
+container, an agent restart adopts it; once the task ended nothing of it runs inside, the
+container stays for ``exec`` and goes when the node's next task comes.
 
 The image is a static busybox imported in the test (no registry is reachable here).
 """
@@ -101,6 +102,11 @@ def test_setup_and_run_share_one_container_with_the_task_env_and_it_is_removed_a
     assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-ok")
     assert (work / "out.txt").read_text() == f"from-setup\nhello 0 {work}\n"
     assert not Path("/in-the-image").exists()  # it was the container's root, not the host's
+    assert len(_task_containers(engine, "c-ok")) == 1  # kept for exec
+    after = container_agent.api.exec("c-ok", "cat /in-the-image")
+    assert (after.exit_code, after.output) == (0, "from-setup\n")
+    container_agent.api.submit(task("next", run="true"))  # the node's next task
+    assert container_agent.wait_state("next")["state"] == "SUCCEEDED"
     assert _task_containers(engine, "c-ok") == []
 
 
@@ -123,7 +129,6 @@ def test_a_preemption_notice_reaches_the_task_inside_and_exit_75_is_preempted(
     assert (status["state"], status["exit_code"]) == ("PREEMPTED", 75), status
     assert "notice-seen" in container_agent.all_logs("c-pre")
     assert (work / "checkpoints" / "saved").exists()
-    assert _task_containers(engine, "c-pre") == []
 
 
 def test_a_task_ignoring_sigterm_is_killed_after_the_grace_with_its_container(
@@ -139,15 +144,17 @@ def test_a_task_ignoring_sigterm_is_killed_after_the_grace_with_its_container(
 
 
 def test_exec_enters_the_running_container(container_agent: AgentProcess) -> None:
-    run = "echo inside > /marker; " + READY + "; while :; do sleep 0.1; done"
+    run = "echo inside > /marker; sleep 300 & " + READY + "; while :; do sleep 0.1; done"
     container_agent.api.submit(task("c-exec", image=BUSYBOX_IMAGE, run=run))
     wait_until((container_agent.node_dir / "work" / "ready").exists, 60, "the task to start")
     result = container_agent.api.exec("c-exec", 'cat /marker; echo "$GPULEASE_TASK_ID"; pwd')
     assert result.exit_code == 0, result.output
     work = container_agent.node_dir / "work"
     assert result.output.split() == ["inside", "c-exec", str(work)]
-    container_agent.api.cancel("c-exec", grace_s=5)
-    container_agent.wait_state("c-exec", timeout=60)
+    container_agent.api.cancel("c-exec", grace_s=5)  # the loop ends; its background sleep too
+    assert container_agent.wait_state("c-exec", timeout=60)["state"] == "CANCELLED"
+    left = container_agent.api.exec("c-exec", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    assert "sleep 300" not in left.output and "while" in left.output  # the keeper only
 
 
 def test_a_restarted_agent_adopts_the_running_container(
@@ -165,8 +172,7 @@ def test_a_restarted_agent_adopts_the_running_container(
     status = container_agent.wait_state("c-adopt", timeout=60)
     assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-adopt")
     assert (work / "out").read_text() == "done\n"
-    assert _task_containers(engine, "c-adopt") == []
-    assert name
+    assert _task_containers(engine, "c-adopt") == [name]
 
 
 def test_a_node_without_an_engine_fails_the_task_saying_so(

@@ -441,7 +441,7 @@ class TaskRunner:
 
     def _end(self, state: TaskState, detail: str) -> None:
         if self.container is not None:
-            self.container.remove()  # before the end is reported: nothing of it runs on
+            self.container.end_processes()  # before the end is reported: nothing of it runs on
         set_state(self.record, state, self._clock.now(), detail)
         self._persist(self.record)
         log.info("task %s: %s %s", self.record.task_id, state.value, detail)

@@ -134,6 +134,7 @@ class Agent:
             if existing is not None and _same_attempt(existing.record, sub):
                 return False, self._status_of(existing)
             self._refuse_conflicts(sub, existing)
+            self._remove_old_containers()
             try:
                 files.check_sources(sub.workdir, sub.file_mounts)
             except files.FileSyncError as exc:
@@ -154,6 +155,12 @@ class Agent:
         busy = self._current()
         if busy is not None and busy.record.task_id != sub.task_id:
             raise AgentError(409, "node_busy", f"task {busy.record.task_id} is running")
+
+    def _remove_old_containers(self) -> None:
+        """A new task on the node: the containers earlier (ended) tasks kept go."""
+        for old in self._runners.values():
+            if old.container is not None and not old.container.removed:
+                old.container.remove()
 
     def _new_runner(self, sub: NodeTask) -> TaskRunner:
         paths = self._paths(sub)

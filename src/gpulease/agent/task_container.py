@@ -1,8 +1,9 @@
 """The container one task attempt runs in, when its task names an image (``resources.image_id``).
 
 What this module owns: the life of that container on the node. One container per task attempt,
-started before the first phase and removed when the task ends, so what ``setup`` installs is
-there for ``run`` and ``gpulease exec`` enters the same environment (SkyPilot's model):
+started before the first phase and kept until the node's next task, so what ``setup``
+installs is there for ``run`` and ``gpulease exec`` enters the same environment (SkyPilot's
+model):
 
 - **start** (:meth:`TaskContainer.ensure_running`): the image made present (pulled at most once
   per node, with the registry login the server sent), then ``ENGINE run --detach`` of a keeper
@@ -19,8 +20,11 @@ there for ``run`` and ``gpulease exec`` enters the same environment (SkyPilot's 
   process but its init and keeper (``kill -s TERM -1`` from an exec'd shell): a preemption
   notice reaches the training as SIGTERM, so ``gpulease.train`` saves and exits 75 there as
   it does outside. (Signalling the host group would kill the engine's client, not the task.)
-- **end** (:meth:`TaskContainer.remove`): ``rm --force`` at once, which also ends what a
-  grace-period SIGKILL must end.
+- **end**: when the task ends, what it left running inside is killed
+  (:meth:`TaskContainer.end_processes`) and the container stays, so ``gpulease exec`` and
+  ``ssh`` still enter the image's environment; it is removed (:meth:`TaskContainer.remove`,
+  ``rm --force``) when the node's next task is submitted, when a stop's grace is over (that
+  ends what a SIGKILL must end), or with the node.
 
 Every container is labelled ``gpulease.task`` (the task id) and ``gpulease.node`` (the node
 directory), and noted in ``<node dir>/containers/`` before it starts, so a provider that tears a
@@ -66,6 +70,12 @@ KEEPER = ("sh", "-c", "trap '' TERM INT HUP; while :; do sleep 3600; done")
 # the phase inside: bash when the image has it (task scripts are written for bash), else sh
 _PHASE_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; exec sh -c "$1"'
 _NVIDIA_DEVICE = Path("/dev/nvidiactl")
+# kill every process of the container but its init (1), the keeper (init's child) and this shell
+_END_PROCESSES = (
+    "keeper=$(cat /proc/1/task/1/children 2>/dev/null); "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; case " 1 $keeper $$ " in *" $p "*) ;; '
+    '*) kill -9 "$p" 2>/dev/null;; esac; done; true'
+)
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,7 @@ class TaskContainer:
             self.env["GPULEASE_CONTAINER_ENGINE"] = engine.executable
         self._credentials = credentials
         self._gpus = _NVIDIA_DEVICE.exists() if gpus is None else gpus
+        self.removed = False
 
     # ---- start --------------------------------------------------------------------------------
 
@@ -157,6 +168,8 @@ class TaskContainer:
             "--name",
             self.name,
             "--init",
+            "--stop-timeout",  # the keeper ignores the stop signal: an engine's stop kills soon
+            "1",
             "--label",
             f"{TASK_LABEL}={self.task_id}",
             "--label",
@@ -198,6 +211,13 @@ class TaskContainer:
         done = run_engine(self.engine, argv, timeout_s=30)
         return done.returncode == 0
 
+    def end_processes(self) -> None:
+        """End what the task left running inside (a phase's background processes), keeping the
+        container for ``exec`` and ``ssh`` until the node's next task or its end."""
+        if self.engine is not None and not self.removed:
+            run_engine(self.engine, exec_argv(self.engine, self.name, ["sh", "-c", _END_PROCESSES]),
+                       timeout_s=30)  # fmt: skip
+
     def running(self) -> bool:
         return self.engine is not None and container_running(self.engine, self.name)
 
@@ -206,6 +226,7 @@ class TaskContainer:
         if self.engine is None:
             return
         done = run_engine(self.engine, remove_argv(self.engine, self.name))
+        self.removed = done.returncode == 0
         if done.returncode != 0:
             log.warning("task %s: removing container %s failed: %s", self.task_id, self.name,
                         done.stderr.strip()[-300:])  # fmt: skip
