@@ -5,7 +5,6 @@ is what :meth:`Agent.registry_login` gives the runner."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,12 +13,11 @@ import pytest
 from pydantic import SecretStr
 
 from gpulease.agent.client import AgentClient, AgentRequestError, AgentUnauthorized
-from gpulease.agent.http import AgentHTTPServer
 from gpulease.agent.service import Agent
 from tests.agent.conftest import AgentProcess
+from tests.agent.inprocess import served_agent
 
 SECRET = "ghp_Zr3g1stry-s3cret-value"
-TOKEN = "node-token-for-the-in-process-agent"
 
 
 def _files_holding(root: Path, text: str) -> list[Path]:
@@ -68,17 +66,8 @@ def test_a_login_is_answered_without_its_password_and_never_logged_or_written(
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Agent, AgentClient]]:
-    """A real :class:`Agent` behind the real HTTP server, in this process."""
-    agent = Agent(tmp_path / "node", node_rank=0)
-    server = AgentHTTPServer(("127.0.0.1", 0), agent, TOKEN.encode())
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    client = AgentClient(f"http://127.0.0.1:{server.server_address[1]}", TOKEN)
-    yield agent, client
-    client.close()
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    with served_agent(tmp_path / "node") as both:
+        yield both
 
 
 def test_the_runner_gets_the_login_the_server_sent(served: tuple[Agent, AgentClient]) -> None:
