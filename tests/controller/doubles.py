@@ -33,6 +33,7 @@ class FakeProvider(Provider, SupportsStopStart):
         self.instances: dict[str, Instance] = {}
         self.by_request: dict[str, list[str]] = {}
         self.launch_calls: list[str] = []
+        self.requests: list[LaunchRequest] = []  # every launch's request, in order
         self.terminate_calls: list[list[str]] = []
         self.no_capacity: set[str | None] = set()  # regions that refuse every launch
         self.unavailable = 0  # the next N calls raise ProviderUnavailable
@@ -42,6 +43,7 @@ class FakeProvider(Provider, SupportsStopStart):
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
         self.launch_calls.append(request.request_id)
+        self.requests.append(request)
         self._maybe_unavailable()
         if request.region in self.no_capacity:
             raise CapacityError(f"no capacity in {request.region}", region=request.region)

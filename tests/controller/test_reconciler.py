@@ -19,6 +19,7 @@ from gpulease.state import (
     submit_intent,
 )
 from gpulease.state.models import Cluster
+from gpulease.wire import RunSpec
 from tests.controller.conftest import cluster_row, new_cluster, target
 from tests.controller.doubles import FakeAgents, FakeProvider
 
@@ -133,6 +134,19 @@ def test_an_unavailable_provider_is_retried_with_backoff_not_failed_over(
     row = run_until(reconciler, clock, engine, cid, C.SETTING_UP, passes=60)
     assert row.region == "r1" and row.failover_history == []
     assert row.intents[0].attempt == 4  # three refused calls, then the accepted one
+
+
+def test_the_provider_and_the_nodes_learn_the_task_image(
+    engine: Engine, reconciler: Reconciler, provider: FakeProvider, agents: FakeAgents,
+    clock: VirtualClock,
+) -> None:  # fmt: skip
+    run_spec = RunSpec(run="x", image="ghcr.io/org/img:v1", image_registry="ghcr.io")
+    new_cluster(engine, clock, plans=(target(),), run=run_spec)
+    run(reconciler, clock, passes=3)
+    assert [r.image for r in provider.requests] == ["ghcr.io/org/img:v1"]  # aws: engine step
+    (task,) = [agents[i].task for i in provider.live()]
+    assert task is not None and task.image == "ghcr.io/org/img:v1"
+    assert task.image_registry == "ghcr.io"
 
 
 def test_a_crash_after_launch_re_sends_the_same_request_and_adds_no_node(

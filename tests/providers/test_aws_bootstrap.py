@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
 import time
 import zipfile
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from gpulease.providers.aws.bootstrap import Bootstraps
 from gpulease.providers.base import LaunchRequest
 from gpulease.providers.ssh import SshTarget
 from gpulease.providers.wheel import Wheel, _content, _write, own_version, own_wheel
-from tests.awsvm import AwsVms, Vm, aws_vms, vm_image, vm_moto, vm_network  # noqa: F401
+from tests.awsvm import VM_ENV, AwsVms, Vm, aws_vms, vm_image, vm_moto, vm_network  # noqa: F401
 from tests.waiting import wait_until
 
 
@@ -110,13 +111,19 @@ def test_a_vm_gets_exactly_this_version_once_and_another_version_is_replaced(
     tmp_path: Path,
 ) -> None:
     started = time.monotonic()
-    (inst,) = provider.launch(LaunchRequest("req-boot", "c1", "gl-boot"))
+    # a task with an image: the user-data's engine step finds this machine's podman (VMs share
+    # /usr) and installs nothing; without one here the step is left out (it would try apt-get)
+    engine = shutil.which("podman", path=VM_ENV["PATH"])
+    image = "ghcr.io/org/img:v1" if engine else None
+    (inst,) = provider.launch(LaunchRequest("req-boot", "c1", "gl-boot", image=image))
     assert inst.agent_url is None  # launch returns at once; the bootstrap runs in the background
     iid, url = _up(provider, "req-boot")
     print(f"\nlaunch to agent URL: {time.monotonic() - started:.1f} s")
     with AgentClient(url, provider.node_token(iid), timeout=10.0) as agent:
         assert agent.health()["api_version"]
     vm = aws_vms.cloud.vms[iid]
+    if engine:
+        assert (vm.log / "gpulease-engine.log").read_text() == f"gpulease engine: found {engine}\n"
     first = _agent(vm)
     assert first[1] == own_version()
     log = vm.log / "gpulease-bootstrap.log"

@@ -261,6 +261,21 @@ def test_user_data_with_install_pypi_pins_the_version_and_binds_the_agent_to_loo
     assert "--host 127.0.0.1" in script and "--port 7070" in script and "--imds" in script
 
 
+def test_a_node_of_a_task_with_an_image_gets_the_engine_step(
+    provider: AwsProvider, ec2: Any
+) -> None:
+    import base64
+
+    def script(request: LaunchRequest) -> str:
+        (inst,) = provider.launch(request)
+        data = ec2.describe_instance_attribute(InstanceId=inst.id, Attribute="userData")
+        return base64.b64decode(data["UserData"]["Value"]).decode()
+
+    gpu = script(_request(image="ghcr.io/org/img:v1", gpus_per_node=8))
+    assert "have podman || have docker" in gpu and "nvidia-ctk cdi generate" in gpu
+    assert "have podman" not in script(_request(gpus_per_node=8))
+
+
 def test_the_server_builds_aws_only_from_a_providers_aws_section(
     ec2_env: str,  # noqa: F811 - fixture
     tmp_path: Path,

@@ -1,6 +1,7 @@
 """The agent's wire models: request bodies of the HTTP API (``/v1``), validated with pydantic.
 
-Owns the shape of the stop, exec and shutdown requests the server sends to a node. The task
+Owns the shape of the stop, exec, shutdown and registry-login requests the server sends to a
+node. The task
 submission itself is :class:`gpulease.wire.NodeTask`, the type both sides share; its checkpoint
 fields are checked for shape there, and whether ``checkpoint_store`` names a store is decided
 when the task starts (:mod:`gpulease.agent.ckpt_sync`), so a bad URL fails the task with a
@@ -10,7 +11,7 @@ message instead of refusing the body. Responses are plain JSON built by
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 API_VERSION = 1
 
@@ -36,3 +37,11 @@ class ShutdownRequest(_Body):
 
     cancel_task: bool = False
     grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
+
+
+class RegistryLogin(_Body):
+    """``PUT /v1/registries/{registry}``: the login the node pulls that registry's images with.
+    The password is a :class:`~pydantic.SecretStr` (never in a repr, a log or an answer)."""
+
+    username: str = Field(min_length=1, max_length=1024)
+    password: SecretStr = Field(min_length=1, max_length=65536)

@@ -92,6 +92,12 @@ class AgentClient:
     def submit(self, task: NodeTask) -> dict[str, Any]:
         return self._http.json("POST", "/v1/tasks", json=task.wire())
 
+    def set_registry_login(self, registry: str, username: str, password: SecretStr) -> None:
+        """``PUT /v1/registries/<registry>``: the node pulls that registry's images with this
+        login (kept in the agent's memory only). The password goes in the body, nowhere else."""
+        body = {"username": username, "password": password.get_secret_value()}
+        self._http.json("PUT", f"/v1/registries/{registry}", json=body)
+
     def status(self, task_id: str) -> dict[str, Any]:
         return self._http.json("GET", f"/v1/tasks/{task_id}")
 

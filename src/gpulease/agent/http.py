@@ -13,6 +13,10 @@ never logged; the access log records method, path and status only. Errors are JS
 Bodies are read whole (at most 1 MiB) except an upload's (``PUT /v1/files/<bundle>``), which is
 streamed into the staging dir, bounded by its ``Content-Length`` and the node's upload limit; a
 refused upload's body is read to its end first, so the client sees the answer.
+
+``PUT /v1/registries/<host>`` hands the agent a registry login (:meth:`Agent.set_registry_login`):
+kept in memory only, its password never in an answer, a log line or an error message (a body
+that does not validate is refused without its values).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel, ValidationError
 
 from gpulease.agent import profiles
-from gpulease.agent.api import ExecRequest, ShutdownRequest, StopRequest
+from gpulease.agent.api import ExecRequest, RegistryLogin, ShutdownRequest, StopRequest
+from gpulease.agent.containers import RegistryCredentials
 from gpulease.agent.service import DEFAULT_LOG_CHUNK, Agent, AgentError
 from gpulease.agent.staging import BUNDLE_PATTERN
 from gpulease.wire import NodeTask
@@ -46,6 +51,9 @@ MAX_BODY = 1 << 20
 M = TypeVar("M", bound=BaseModel)
 _TASK = r"/v1/tasks/(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
 _FILES = rf"/v1/files/(?P<bundle>{BUNDLE_PATTERN})"
+_REGISTRY = (  # a registry host, with its port (as registry_of names it)
+    r"/v1/registries/(?P<registry>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?(?::[0-9]{1,5})?)"
+)
 _PROFILE = r"/v1/profile/rank-(?P<rank>0|[1-9][0-9]{0,5})/(?P<file>summary\.json|trace\.json\.gz)"
 
 
@@ -131,6 +139,14 @@ def _exec(req: Request) -> Response:
     return json_response(200, asdict(result))
 
 
+def _registry_login(req: Request) -> Response:
+    body = req.model(RegistryLogin)
+    registry = req.params["registry"].lower()
+    login = RegistryCredentials(registry, body.username, body.password.get_secret_value())
+    req.agent.set_registry_login(login)
+    return json_response(200, {"registry": registry, "username": body.username})
+
+
 def _file_manifest(req: Request) -> Response:
     return json_response(200, req.agent.file_manifest(req.params["bundle"]))
 
@@ -192,6 +208,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Callable[[Request], Response]]] = [
     ("GET", re.compile(r"/v1/metrics"), _metrics),
     ("GET", re.compile(_FILES), _file_manifest),
     ("PUT", re.compile(_FILES), _put_files),
+    ("PUT", re.compile(_REGISTRY), _registry_login),
     ("GET", re.compile(r"/v1/profile"), _profiles),
     ("GET", re.compile(_PROFILE), _profile_file),
 ]

@@ -372,6 +372,7 @@ def _launch(provider: Provider, view: IntentView, snap: Snapshot) -> list[Instan
         provider_config=dict(run.provider_config),
         disk_gb=run.disk_gb,
         disk_tier=run.disk_tier,
+        image=run.image,
     )
     instances = provider.launch(request)
     failpoints.hit("provider-launched")

@@ -57,7 +57,8 @@ class LaunchRequest:
     nodes; a repeat returns the instances the first call started. ``disk_gb`` / ``disk_tier``
     (the task's ``resources.disk`` and ``disk_tier``: ``low``, ``medium``, ``high``, ``ultra``,
     ``best``) size and choose each node's disk where the provider can (aws); the others ignore
-    them."""
+    them. ``image``: the task's container image (``resources.image_id``), None without one; a
+    cloud provider makes sure such a node has a container engine (aws: its user-data)."""
 
     request_id: str
     cluster: str
@@ -73,6 +74,7 @@ class LaunchRequest:
     provider_config: Mapping[str, Any] = field(default_factory=dict)
     disk_gb: float | None = None
     disk_tier: str | None = None
+    image: str | None = None
 
     def all_tags(self) -> dict[str, str]:
         return {

@@ -6,7 +6,12 @@ client per node) and :class:`HttpAgent` (one node: poll, submit, cancel, logs, e
 telemetry relay's ``metrics``; a poll records the task's last checkpoint sync in
 :class:`~gpulease.server.ckpt_syncs.CheckpointSyncs`). On a node whose provider does not share
 this machine's files (``Provider.shares_files`` false), ``submit`` first uploads the task's
-workdir and file mounts (:mod:`gpulease.server.uploads`) and submits the node's paths. Moves no
+workdir and file mounts (:mod:`gpulease.server.uploads`) and submits the node's paths. A task
+whose image comes from a configured registry (``NodeTask.image_registry``) gets that registry's
+login sent to the node's agent first (``PUT /v1/registries/<host>``,
+:class:`~gpulease.server.registry_logins.RegistryLogins`): every submission — a launch, a
+managed job's recovery, a service replica — goes through :meth:`HttpAgent.submit`, so each
+one sends it, over the same channel as the task (the SSH tunnel on cloud nodes). Moves no
 states.
 """
 
@@ -25,6 +30,7 @@ from gpulease.controller import AgentReport, Liveness, NodeRef
 from gpulease.providers.base import Provider, SupportsNodeToken
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.keys import derived_node_token
+from gpulease.server.registry_logins import RegistryLogins
 from gpulease.server.uploads import Uploader
 from gpulease.state import hash_token
 from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
@@ -34,17 +40,20 @@ log = logging.getLogger("gpulease.server")
 
 class HttpAgent:
     """``uploader``: set when the node does not share this machine's files; ``syncs``: where
-    the polls record the task's last checkpoint sync (``/metrics``)."""
+    the polls record the task's last checkpoint sync (``/metrics``); ``logins``: the configured
+    registry logins a task's image is pulled with."""
 
     def __init__(
         self,
         client: AgentClient,
         uploader: Uploader | None = None,
         syncs: CheckpointSyncs | None = None,
+        logins: RegistryLogins | None = None,
     ) -> None:
         self.client = client
         self.uploader = uploader
         self.syncs = syncs
+        self.logins = logins
 
     def poll(self, task_id: str) -> AgentReport:
         try:
@@ -85,6 +94,12 @@ class HttpAgent:
         )
 
     def submit(self, task: NodeTask) -> None:
+        """Send the image's registry login (when one is configured), the task's files (when
+        the node does not share them), then the task."""
+        if self.logins is not None and task.image is not None:
+            login = self.logins.credential(task.image_registry)
+            if login is not None:
+                self.client.set_registry_login(login.registry, login.username, login.password)
         if self.uploader is not None:
             task, _reports = self.uploader.deliver(self.client, task)
         self.client.submit(task)
@@ -128,9 +143,11 @@ class HttpAgents:
         *,
         file_limit: int = int(filesync.DEFAULT_MAX_MB * 1_000_000),
         syncs: CheckpointSyncs | None = None,
+        logins: RegistryLogins | None = None,
     ) -> None:
         self.providers = providers
         self.syncs = syncs or CheckpointSyncs()
+        self.logins = logins or RegistryLogins()
         self._key = key
         self._timeout = timeout
         self.uploader = Uploader(file_limit)
@@ -163,7 +180,7 @@ class HttpAgents:
                 provider = self.providers.get(node.provider)
                 shares = provider is not None and provider.shares_files
                 uploader = None if shares else self.uploader
-                found = self._clients[key] = HttpAgent(client, uploader, self.syncs)
+                found = self._clients[key] = HttpAgent(client, uploader, self.syncs, self.logins)
             return found
 
     def forget(self, node: NodeRef) -> None:

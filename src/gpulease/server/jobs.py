@@ -77,6 +77,7 @@ class JobService:
         taken = take_task(task_data, workdir=workdir)
         task = taken.task
         name = check_name(name or task.name or "job")
+        self.clusters.registry_logins.check_launch(taken.run)
         pool = task.resources.pool
         spot, on_demand = self._pool_targets(pool) if pool else self._targets(task)
         # a job has no single plan estimate: a block budget refuses it only at its limit

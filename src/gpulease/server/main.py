@@ -62,6 +62,7 @@ from gpulease.server.pools import PoolService
 from gpulease.server.provider_calls import ProviderCalls
 from gpulease.server.provider_outages import ProviderOutages
 from gpulease.server.providers import build_providers, describe, provider_settings
+from gpulease.server.registry_logins import RegistryLogins
 from gpulease.server.runtime import LoopThread
 from gpulease.server.service import ClusterService
 from gpulease.server.service_load import LoadHistory, LoadHistoryThread
@@ -166,7 +167,9 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
     settings = provider_settings(cfg)
     file_limit = max_bytes(cfg)
     syncs = CheckpointSyncs()
-    agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs)
+    registry_logins = RegistryLogins(config.registry_entries(cfg))  # passwords: this env
+    agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs,
+                        logins=registry_logins)  # fmt: skip
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     storage = StorageAccrual(engine, storage_pricing(cfg), clock)  # cost: storage rows
@@ -179,6 +182,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
     service = ClusterService(engine, providers, agents, clock=clock,
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     service.budgets = budgets
+    service.registry_logins = registry_logins
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     pools = PoolService(engine, service, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage, endpoints=endpoints,

@@ -87,6 +87,7 @@ class PoolService:
         task = taken.task
         sizing = sizing_of(task)
         name = check_name(name or task.name)
+        self.clusters.registry_logins.check_launch(taken.run)
         catalog = self.clusters.catalog()
         targets = launch_targets(
             task,

@@ -31,6 +31,7 @@ from gpulease.providers.honoured import ignored_field_warnings
 from gpulease.providers.registry import runtime_catalog
 from gpulease.server.budget_loop import BudgetLoop
 from gpulease.server.planning import launch_targets_and_estimate
+from gpulease.server.registry_logins import RegistryLogins
 from gpulease.server.tasks import take_task
 from gpulease.server.uploads import check_sources
 from gpulease.server.views import cluster_view
@@ -116,6 +117,7 @@ class ClusterService:
         self._catalog_lock = threading.Lock()
         self._catalog: Any = None
         self.budgets: BudgetLoop | None = None  # ``budgets:`` (block refuses launches)
+        self.registry_logins = RegistryLogins()  # ``containers.registries`` (checked at launch)
 
     # ---- launch and read --------------------------------------------------------------------
 
@@ -135,6 +137,7 @@ class ClusterService:
         unless ``over_budget``."""
         taken = take_task(task_data, workdir=workdir)
         name = check_name(name or taken.task.name)
+        self.registry_logins.check_launch(taken.run)
         targets, estimate = launch_targets_and_estimate(taken.task, self.catalog(),
                                                         frozenset(self.providers),
                                                         degraded=self.degraded())  # fmt: skip

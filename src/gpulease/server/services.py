@@ -82,6 +82,7 @@ class ServiceOps:
     ) -> dict[str, Any]:
         taken = take_task(task_data, workdir=workdir)
         name = check_name(name or taken.task.name)
+        self.clusters.registry_logins.check_launch(taken.run)
         doc = self._document(taken)
         now = self.clusters.clock.now()
         with session_scope(self.engine) as session:
@@ -108,6 +109,7 @@ class ServiceOps:
         self, name: str, task_data: Mapping[str, Any], *, workdir: str | None = None
     ) -> dict[str, Any]:
         taken = take_task(task_data, workdir=workdir)
+        self.clusters.registry_logins.check_launch(taken.run)
         doc = self._document(taken)
         for _ in range(5):  # a lost compare-and-set (the loop moved it) is retried on fresh data
             with session_scope(self.engine) as session:

@@ -8,7 +8,12 @@ server re-derives it.
 The script writes the token 0600 on the VM, checks the image's Python (``providers.aws.python``)
 is ≥ 3.11, makes ``/opt/gpulease/venv`` with ``--system-site-packages`` (the image's ML stack,
 torch on a DLAMI, stays visible; pip is the image's, else ensurepip's), gives it a ``torchrun``
-that runs under the venv's Python, and touches ``/opt/gpulease/ready``. Installing gpulease and
+that runs under the venv's Python, and touches ``/opt/gpulease/ready``. A node of a task with a
+container image (``engine``) first gets a container engine when it has none
+(:func:`engine_script`: Podman from the image's package manager, else Docker), and on a GPU
+node (``gpus``) the NVIDIA container toolkit's CDI spec when ``nvidia-ctk`` is there — best
+effort: logged to ``/var/log/gpulease-engine.log`` and the boot log, never fatal (the agent
+says so when the task starts without an engine). Installing gpulease and
 starting the agent is the server's job over SSH (:mod:`.bootstrap`); with ``install: pypi`` the
 script pip-installs ``gpulease[aws]==<version>`` and starts the agent itself (bound to
 127.0.0.1, reached through the SSH tunnel, ``--imds`` on). Moves no states.
@@ -55,8 +60,11 @@ def user_data(
     install: str = "server",
     python: str = "python3",
     version: str = gpulease.__version__,
+    engine: bool = False,
+    gpus: bool = False,
 ) -> str:
-    """The bash script a node runs at first boot (as root, on EC2 and in the test harness)."""
+    """The bash script a node runs at first boot (as root, on EC2 and in the test harness);
+    ``engine``: the node runs a task in a container image (``gpus``: on GPUs)."""
     secret = shlex.quote(token.get_secret_value())
     py = shlex.quote(python)
     script = f"""#!/bin/bash
@@ -78,6 +86,8 @@ if [ ! -e $G/venv/bin/torchrun ] && $G/venv/bin/python -c {_HAS_TORCH}; then
   chmod 700 $G/venv/bin/torchrun
 fi
 """
+    if engine:
+        script += engine_script(gpus=gpus)
     if install == "pypi":
         package = shlex.quote(f"gpulease[aws]=={version}")
         script += f"$G/venv/bin/python -m pip install --quiet --no-input {package}\n"
@@ -90,3 +100,54 @@ fi
 _HAS_TORCH = shlex.quote(
     "import importlib.util, sys; sys.exit(not importlib.util.find_spec('torch'))"
 )
+
+
+ENGINE_LOG = "/var/log/gpulease-engine.log"
+CDI_SPEC = "/etc/cdi/nvidia.yaml"
+
+
+def engine_script(*, gpus: bool, log: str = ENGINE_LOG, cdi: str = CDI_SPEC) -> str:
+    """Bash that installs a container engine unless ``podman`` or ``docker`` is on ``PATH``
+    (Podman first: apt-get, dnf; else Docker: dnf, yum, then started with systemd), and, with
+    ``gpus``, writes the NVIDIA container toolkit's CDI spec (``cdi``, what Podman's
+    ``--device nvidia.com/gpu=all`` reads) when ``nvidia-ctk`` is there. Best effort, in a
+    subshell: each outcome is a ``gpulease engine:`` line in ``log`` and on stderr (the boot
+    log), the package managers' output goes to ``log``, and a failure never stops the boot."""
+    q_log, q_cdi = shlex.quote(log), shlex.quote(cdi)
+    script = f"""( set +e; umask 022
+  L={q_log}
+  log() {{ echo "gpulease engine: $*" | tee -a $L >&2; }}
+  have() {{ command -v "$1" >/dev/null 2>&1; }}
+  if have podman || have docker; then
+    log "found $(command -v podman || command -v docker)"
+  else
+    if have apt-get; then
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >>$L 2>&1
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman >>$L 2>&1
+    fi
+    have podman || ! have dnf || dnf install -y -q podman >>$L 2>&1
+    have podman || have docker || ! have dnf || dnf install -y -q docker >>$L 2>&1
+    have podman || have docker || ! have yum || yum install -y -q docker >>$L 2>&1
+    if ! have podman && have docker && have systemctl; then
+      systemctl enable --now docker >>$L 2>&1 || log "could not start docker"
+    fi
+    if have podman || have docker; then
+      log "installed $(command -v podman || command -v docker)"
+    else
+      log "no container engine could be installed (tried apt-get, dnf, yum)"
+    fi
+  fi
+"""
+    if gpus:
+        script += f"""  if have nvidia-ctk; then
+    mkdir -p "$(dirname {q_cdi})"
+    if nvidia-ctk cdi generate --output={q_cdi} >>$L 2>&1; then
+      log "wrote the CDI spec "{q_cdi}
+    else
+      log "nvidia-ctk cdi generate failed (see $L)"
+    fi
+  else
+    log "no nvidia-ctk: no CDI spec, so Podman passes no GPUs to containers"
+  fi
+"""
+    return script + ") || true\n"
