@@ -56,7 +56,19 @@ def _busybox_tar(path: Path) -> None:
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
         tar.add(busybox, "bin/busybox")
-        for applet in ("sh", "cat", "echo", "sleep", "touch", "test", "[", "kill", "ls", "pwd", "tr"):
+        for applet in (
+            "sh",
+            "cat",
+            "echo",
+            "sleep",
+            "touch",
+            "test",
+            "[",
+            "kill",
+            "ls",
+            "pwd",
+            "tr",
+        ):
             link = tarfile.TarInfo(f"bin/{applet}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
