@@ -1,18 +1,18 @@
-"""The agent's container engine driver (gpulease.agent.containers) against a real Podman.
+"""The agent's container engine driver (gpulease.agent.containers) against a real Podman: an
+image present is not pulled, a failed registry login never shows the password. The command-line
+builders (of the driver and of a task's container) are checked without Podman; a task's
+container on a real agent is tests/agent/test_agent_containers.py.
 
 No registry is reachable: the image is built here, ``podman import`` of a tar holding a static
 busybox (enough for ``sh -c``). Podman runs as root with the runc runtime, its storage in a
 temporary directory, and a ``containers.conf`` with ``default_ulimits = []`` (the setrlimit of
-the default configuration fails here). The command-line builders are checked without Podman.
+the default configuration fails here).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import stat
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -20,31 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from gpulease.agent import jobproc
 from gpulease.agent.containers import (
     ContainerEngine,
     ContainerError,
-    ContainerPhase,
     RegistryCredentials,
     container_name,
-    container_running,
     detect_engine,
     ensure_image,
-    exec_argv,
-    phase_script,
     registry_of,
-    remove_argv,
-    run_argv,
     run_engine,
-    stop_argv,
     write_env_file,
 )
+from gpulease.agent.task_container import ContainerMounts, TaskContainer
 from tests.components import require, require_root
-from tests.waiting import wait_until
 
 IMAGE = "localhost/gpulease-test-busybox:1"
-WAIT_READY = "touch ready; while :; do sleep 0.1; done"
-TRAP_75 = "trap 'touch trapped; exit 75' TERM; " + WAIT_READY
 
 
 def _busybox_tar(path: Path) -> None:
@@ -100,126 +90,6 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerEngine
     shutil.rmtree(short, ignore_errors=True)
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Iterator[Path]:
-    work = tmp_path / "work"
-    (work / "checkpoints").mkdir(parents=True)
-    yield work
-
-
-def _phase(work: Path, env_file: Path, script: str, task_id: str) -> ContainerPhase:
-    return ContainerPhase(
-        image=IMAGE,
-        task_id=task_id,
-        work_dir=work,
-        checkpoint_dir=work / "checkpoints",
-        env_file=env_file,
-        command=("sh", "-c", script),
-        stop_timeout_s=5,
-    )
-
-
-def test_a_phase_runs_in_the_container_with_its_work_dir_and_env(
-    podman: ContainerEngine, work: Path
-) -> None:
-    (work / "input.txt").write_text("from the host\n")
-    env_file = write_env_file({"GREETING": "hello container", "TOKEN": "s3cret"}, work.parent)
-    script = 'cat input.txt > seen.txt; echo "$GREETING $(pwd)" >> seen.txt; exit 7'
-    argv = run_argv(podman, _phase(work, env_file, script, "t-env"))
-    assert not any("s3cret" in a or "hello container" in a for a in argv)
-    done = run_engine(podman, argv, timeout_s=60)
-    assert done.returncode == 7, done.stderr
-    assert (work / "seen.txt").read_text() == f"from the host\nhello container {work}\n"
-
-
-def test_sigterm_to_the_engine_process_reaches_the_task_and_exec_joins_it(
-    podman: ContainerEngine, work: Path
-) -> None:
-    env_file = write_env_file({}, work.parent)
-    script = TRAP_75
-    phase = _phase(work, env_file, script, "t-term")
-    proc = subprocess.Popen(
-        run_argv(podman, phase), env=podman.process_env(os.environ), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        wait_until((work / "ready").exists, 30, "the task to start in its container")
-        name = container_name("t-term")
-        joined = run_engine(podman, exec_argv(podman, name, ["sh", "-c", "echo in > execd"]))
-        assert joined.returncode == 0, joined.stderr
-        assert (work / "execd").read_text() == "in\n"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 75
-        assert (work / "trapped").exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def test_stop_sends_the_stop_signal_to_the_task(podman: ContainerEngine, work: Path) -> None:
-    env_file = write_env_file({}, work.parent)
-    script = TRAP_75
-    proc = subprocess.Popen(
-        run_argv(podman, _phase(work, env_file, script, "t-stop")),
-        env=podman.process_env(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_until((work / "ready").exists, 30, "the task to start in its container")
-        stopped = run_engine(podman, stop_argv(podman, container_name("t-stop"), 5))
-        assert stopped.returncode == 0, stopped.stderr
-        assert proc.wait(timeout=30) == 75
-        assert (work / "trapped").exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def test_the_agents_phase_wrapper_runs_a_container_and_records_its_exit(
-    podman: ContainerEngine, work: Path
-) -> None:
-    """The runner's path: jobproc's wrapper runs the container's command line in the phase's
-    process group; a TERM to the group (a preemption) reaches the task, the exit file has 75."""
-    env_file = write_env_file({"RANK_NAME": "worker 0"}, work.parent)
-    script = "trap 'echo \"$RANK_NAME\" > trapped; exit 75' TERM; " + WAIT_READY
-    line = phase_script(podman, _phase(work, env_file, script, "t-wrapper"))
-    log, exit_file = work.parent / "task.log", work.parent / "run.exit"
-    proc = jobproc.spawn_phase(
-        line, cwd=work, env=podman.process_env(os.environ), log_path=log, exit_path=exit_file
-    )
-    try:
-        wait_until((work / "ready").exists, 30, "the task to start in its container")
-        assert jobproc.signal_group(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=30) == 75
-        assert jobproc.read_exit_file(exit_file) == 75
-        assert (work / "trapped").read_text() == "worker 0\n"
-    finally:
-        jobproc.signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def test_a_sigkill_of_the_group_leaves_the_container_and_remove_ends_it(
-    podman: ContainerEngine, work: Path
-) -> None:
-    env_file = write_env_file({}, work.parent)
-    line = phase_script(podman, _phase(work, env_file, "touch ready; sleep 60", "t-kill"))
-    proc = jobproc.spawn_phase(
-        line, cwd=work, env=podman.process_env(os.environ), log_path=work.parent / "log",
-        exit_path=work.parent / "exit",
-    )  # fmt: skip
-    name = container_name("t-kill")
-    try:
-        wait_until((work / "ready").exists, 30, "the task to start in its container")
-        jobproc.signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert container_running(podman, name)
-    finally:
-        removed = run_engine(podman, remove_argv(podman, name))
-    assert removed.returncode == 0, removed.stderr
-    assert not container_running(podman, name)
-
-
 def test_a_present_image_is_not_pulled_and_a_failed_login_hides_the_password(
     podman: ContainerEngine,
 ) -> None:
@@ -236,26 +106,29 @@ def test_a_present_image_is_not_pulled_and_a_failed_login_hides_the_password(
 # ---- the builders, without an engine ----------------------------------------------------------
 
 
-def test_run_argv_passes_gpus_per_engine_and_mounts_an_outside_checkpoint_dir(
+def test_a_task_container_mounts_its_dirs_passes_gpus_per_engine_and_execs_phases(
     tmp_path: Path,
 ) -> None:
-    phase = ContainerPhase(
-        image="docker.io/library/python:3.12",
-        task_id="job 1/a",
-        work_dir=tmp_path / "work",
-        checkpoint_dir=tmp_path / "ckpt",
-        env_file=tmp_path / "env",
-        command=("sh", "-c", "true"),
-        gpus=True,
-    )
-    podman = run_argv(ContainerEngine("podman", "podman"), phase)
-    docker = run_argv(ContainerEngine("docker", "/usr/bin/docker"), phase)
+    mounts = ContainerMounts(tmp_path / "work", tmp_path / "work" / "ckpt", tmp_path / "task")
+    made = {
+        kind: TaskContainer(ContainerEngine(kind, kind), image="docker.io/library/python:3.12",
+                            name=container_name("job 1/a", 2), task_id="job 1/a",
+                            node_dir=tmp_path, mounts=mounts, env={}, gpus=True)
+        for kind in ("podman", "docker")
+    }  # fmt: skip
+    podman = made["podman"].run_argv(tmp_path / "env")
+    docker = made["docker"].run_argv(tmp_path / "env")
     assert podman[podman.index("--device") + 1] == "nvidia.com/gpu=all"
     assert docker[docker.index("--gpus") + 1] == "all"
-    assert podman[podman.index("--name") + 1] == "gpulease-job_1_a-run"
-    assert f"{tmp_path / 'ckpt'}:{tmp_path / 'ckpt'}" in podman
+    assert podman[podman.index("--name") + 1] == "gpulease-job_1_a-2"
+    volumes = [podman[i + 1] for i, arg in enumerate(podman) if arg == "-v"]
+    assert volumes == [f"{d}:{d}" for d in (tmp_path / "work", tmp_path / "task")]  # ckpt inside
     assert podman[podman.index("-w") + 1] == str(tmp_path / "work")
-    assert podman[-4:] == ["docker.io/library/python:3.12", "sh", "-c", "true"]
+    assert "--detach" in podman and "--network" in podman and "--init" in podman
+    assert podman[-4] == "docker.io/library/python:3.12" and "trap ''" in podman[-1]
+    phase = made["podman"].exec_argv("echo hi")
+    assert phase[:5] == ["podman", "exec", "-w", str(tmp_path / "work"), "gpulease-job_1_a-2"]
+    assert phase[-1] == "echo hi"
 
 
 def test_env_file_is_private_and_refuses_a_value_it_cannot_hold(tmp_path: Path) -> None:

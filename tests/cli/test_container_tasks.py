@@ -47,9 +47,7 @@ def engine(podman_env: dict[str, str]) -> ContainerEngine:
 
 
 @pytest.fixture
-def podman_user(
-    cli: Cli, podman_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
-) -> Cli:
+def podman_user(cli: Cli, podman_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Cli:
     """A user whose server (and so its local agents) drive this session's Podman."""
     for name, value in podman_env.items():
         monkeypatch.setenv(name, value)

@@ -1,30 +1,22 @@
-"""The node's container engine: run a task's phase inside a container image (issue 19).
+"""The node's container engine: the commands the agent gives it (issue 19).
 
 What this module owns: finding the node's engine (Podman or Docker on ``PATH``; Podman first,
-it needs no daemon), the command lines the agent gives it — ``run`` for a phase, ``exec`` into
-a running container, ``stop`` — and :func:`ensure_image`, which pulls an image at most once per
-node (nothing when ``image exists`` already), logging in to its registry first when credentials
-are given.
+it needs no daemon), the command lines of the engine commands the agent uses — ``exec`` into a
+running container, ``rm``, ``ps``, ``image exists``, ``login``, ``pull`` — and
+:func:`ensure_image`, which pulls an image at most once per node (nothing when the image is
+there already), logging in to its registry first when credentials are given. The life of a
+task's container (its ``run``, phases, stops) is :mod:`gpulease.agent.task_container`.
 
 The builders are pure (argv lists); :func:`run_engine` is the one thin runner. Secrets: the
-task's environment reaches the container through ``--env-file`` of a 0600 file
+task's environment reaches a container through ``--env-file`` of a 0600 file
 (:func:`write_env_file`), never on a command line; a registry password goes to ``login
 --password-stdin`` on standard input, and is cut out of every error message.
-
-A phase's container: ``--rm``; named after the task (:func:`container_name`, so ``exec`` and
-``stop`` find it); the work and checkpoint directories bind-mounted at the same paths and ``-w``
-the work directory (the paths the task's environment names stay true inside); ``--network
-host`` (multi-node training reaches its peers as on the host); the node's GPUs passed through
-when it has them (Podman: CDI ``--device nvidia.com/gpu=all``; Docker: ``--gpus all``);
-``--init`` so the signal the engine forwards (``podman run``/``docker run`` proxy the SIGTERM
-they get to the container) reaches the task's shell, and ``--stop-timeout`` before SIGKILL.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -35,7 +27,6 @@ from typing import Literal
 
 EngineKind = Literal["podman", "docker"]
 ENGINE_PREFERENCE: tuple[EngineKind, ...] = ("podman", "docker")
-DEFAULT_STOP_TIMEOUT_S = 30
 ENGINE_TIMEOUT_S = 600.0  # one engine command (a pull of a large image included)
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,21 +63,6 @@ class RegistryCredentials:
     password: str = field(repr=False)
 
 
-@dataclass(frozen=True)
-class ContainerPhase:
-    """What one phase's container needs: the image, the task, its directories and command."""
-
-    image: str
-    task_id: str
-    work_dir: Path
-    checkpoint_dir: Path
-    env_file: Path
-    command: tuple[str, ...]
-    gpus: bool = False
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
-    phase: str = "run"
-
-
 def detect_engine(
     path: str | None = None, preference: Sequence[EngineKind] = ENGINE_PREFERENCE
 ) -> ContainerEngine | None:
@@ -98,9 +74,10 @@ def detect_engine(
     return None
 
 
-def container_name(task_id: str, phase: str = "run") -> str:
-    """The container's name: ``gpulease-<task id>-<phase>``, unsafe characters as ``_``."""
-    return _NAME_UNSAFE.sub("_", f"gpulease-{task_id}-{phase}")
+def container_name(task_id: str, attempt: int) -> str:
+    """A task attempt's container: ``gpulease-<task id>-<attempt>``, unsafe characters as
+    ``_``."""
+    return _NAME_UNSAFE.sub("_", f"gpulease-{task_id}-{attempt}")
 
 
 def gpu_args(engine: ContainerEngine) -> list[str]:
@@ -110,50 +87,9 @@ def gpu_args(engine: ContainerEngine) -> list[str]:
     return ["--gpus", "all"]
 
 
-def run_argv(engine: ContainerEngine, phase: ContainerPhase) -> list[str]:
-    """The ``run`` command line of a phase (foreground: it exits with the task's status)."""
-    work, ckpt = str(phase.work_dir), str(phase.checkpoint_dir)
-    mounts = ["-v", f"{work}:{work}"]
-    if not phase.checkpoint_dir.is_relative_to(phase.work_dir):
-        mounts += ["-v", f"{ckpt}:{ckpt}"]
-    return engine.argv(
-        "run",
-        "--rm",
-        "--name",
-        container_name(phase.task_id, phase.phase),
-        "--init",
-        "--stop-signal",
-        "SIGTERM",
-        "--stop-timeout",
-        str(phase.stop_timeout_s),
-        "--network",
-        "host",
-        *mounts,
-        "-w",
-        work,
-        "--env-file",
-        str(phase.env_file),
-        *(gpu_args(engine) if phase.gpus else []),
-        phase.image,
-        *phase.command,
-    )
-
-
-def phase_script(engine: ContainerEngine, phase: ContainerPhase) -> str:
-    """:func:`run_argv` as one shell line: what the agent's phase wrapper
-    (:func:`gpulease.agent.jobproc.spawn_phase`) runs in place of the task's script, so the
-    exit file, the process group and its signals work as without a container."""
-    return shlex.join(run_argv(engine, phase))
-
-
 def exec_argv(engine: ContainerEngine, name: str, command: Sequence[str]) -> list[str]:
     """Run ``command`` inside the running container ``name``."""
     return engine.argv("exec", name, *command)
-
-
-def stop_argv(engine: ContainerEngine, name: str, timeout_s: int) -> list[str]:
-    """Stop ``name``: its stop signal, then SIGKILL after ``timeout_s`` seconds."""
-    return engine.argv("stop", "--time", str(timeout_s), name)
 
 
 def remove_argv(engine: ContainerEngine, name: str) -> list[str]:

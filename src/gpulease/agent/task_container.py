@@ -247,7 +247,7 @@ def task_container(
     return TaskContainer(
         engine,
         image=sub.image,
-        name=container_name(sub.task_id, str(sub.attempt)),
+        name=container_name(sub.task_id, sub.attempt),
         task_id=sub.task_id,
         node_dir=node_dir,
         mounts=ContainerMounts(paths.work_dir, paths.checkpoint_dir, paths.task_dir),
