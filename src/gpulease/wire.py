@@ -89,6 +89,10 @@ class RunSpec(_Frozen):
     # the registry host the image comes from (docker.io, ghcr.io, localhost:5000): the key of
     # its credentials in the config's containers.registries; never the credentials themselves
     image_registry: str | None = Field(default=None, min_length=1, max_length=255)
+    # the task's ``secrets:``: the id of their encrypted set in the server's vault (never a
+    # value), and their names (views may show names)
+    secret_set: str | None = Field(default=None, min_length=1, max_length=128)
+    secret_names: tuple[str, ...] = ()
     # resources.acceptance for the controller (controller/acceptance.py): min_ratio, minimums,
     # max_replacements, checks, degraded_for_s; None: the nodes are not benched before setup
     acceptance: dict[str, Any] | None = None
@@ -138,6 +142,9 @@ class NodeTask(_Frozen):
     image: str | None = Field(default=None, min_length=1, max_length=4096)
     # the registry whose credentials pull ``image`` (RunSpec.image_registry): a name, no secret
     image_registry: str | None = Field(default=None, min_length=1, max_length=255)
+    # the vault id of the task's secrets (RunSpec.secret_set): the server sends their values
+    # beside the task in the submission's ``secrets`` field, never inside the NodeTask
+    secret_set: str | None = Field(default=None, min_length=1, max_length=128)
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeTask:
@@ -190,6 +197,7 @@ class NodeTask(_Frozen):
             accelerator=accelerator,
             image=run.image,
             image_registry=run.image_registry if run.image else None,
+            secret_set=run.secret_set,
         )
 
     def digest(self) -> str:
@@ -219,6 +227,8 @@ class NodeTask(_Frozen):
             exclude |= {"image", "image_registry"}
         elif self.image_registry is None:
             exclude.add("image_registry")
+        if self.secret_set is None:
+            exclude.add("secret_set")
         return self.model_dump(mode="json", exclude=exclude or None)
 
 
