@@ -104,14 +104,18 @@ def _requirements(dist: md.Distribution) -> list[str]:
 def python_closure(roots: Iterable[str]) -> list[md.Distribution]:
     """The installed distributions ``roots`` need (runtime requirements closure, no extras)."""
     seen: dict[str, md.Distribution] = {}
-    todo = list(roots)
+    todo = [(name, "the test image") for name in roots]
     while todo:
-        name = canonicalize_name(todo.pop())
+        raw, wanted_by = todo.pop()
+        name = canonicalize_name(raw)
         if name in seen:
             continue
-        dist = md.distribution(name)
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            raise RuntimeError(f"{raw} (wanted by {wanted_by}) is not installed") from None
         seen[name] = dist
-        todo += _requirements(dist)
+        todo += [(req, name) for req in _requirements(dist)]
     return [seen[n] for n in sorted(seen)]
 
 

@@ -157,7 +157,7 @@ def ensure_base_store(inputs: BaseInputs, root: Path | None = None) -> Path:
     entry = root / inputs.key
     with _locked(root / "lock"):
         if not (entry / "ready").exists():
-            shutil.rmtree(entry, ignore_errors=True)  # a build that did not finish
+            _remove_store(entry)  # a build that did not finish
             _build_base(inputs, entry)
             (entry / "ready").write_text(f"{BASE_IMAGE}\n")
         os.utime(entry / "ready")
@@ -181,12 +181,22 @@ def _build_base(inputs: BaseInputs, entry: Path) -> None:
             shutil.rmtree(storage.runroot.parent, ignore_errors=True)
 
 
+def _remove_store(entry: Path) -> None:
+    """Delete ``entry``, unmounting first whatever an interrupted ``podman`` left mounted in it
+    (its overlay driver bind-mounts its own directory)."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        points = [line.split()[4] for line in f]
+    for point in sorted((p for p in points if Path(p).is_relative_to(entry)), reverse=True):
+        subprocess.run(["umount", point], capture_output=True, timeout=60, check=False)
+    shutil.rmtree(entry, ignore_errors=True)
+
+
 def _prune(root: Path, keep: Path) -> None:
     for ready in root.glob("*/ready"):
         entry = ready.parent
         if entry != keep and time.time() - ready.stat().st_mtime > UNUSED_CACHE_S:
             ready.unlink()
-            shutil.rmtree(entry, ignore_errors=True)
+            _remove_store(entry)
 
 
 # ---- the session's image ----------------------------------------------------------------------
