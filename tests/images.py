@@ -51,7 +51,6 @@ DEFAULT_CACHE = Path("/var/tmp/gpulease-test-images")
 LAYOUT_VERSION = "1"
 PODMAN_TIMEOUT_S = 600.0
 UNUSED_CACHE_S = 7 * 24 * 3600  # a base no session used for this long is deleted
-_CONTAINERS_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
 
 
 @dataclass(frozen=True)
@@ -68,14 +67,19 @@ def write_podman_conf(
 ) -> PodmanStorage:
     """Write ``containers.conf`` and ``storage.conf`` into ``directory`` for a storage at
     ``graphroot`` (and a new short runroot under /tmp), reading images also from the read-only
-    ``additional_stores``."""
-    runroot = Path(tempfile.mkdtemp(prefix="glpod-", dir="/tmp")) / "run"
+    ``additional_stores``. Podman's ``tmp_dir`` (exit codes, locks of the running containers)
+    is the storage's own too: two sessions sharing the default ``/run/libpod`` lose exit
+    codes (``podman run --rm`` fails with "no such exit code", seen with two xdist workers)."""
+    short = Path(tempfile.mkdtemp(prefix="glpod-", dir="/tmp"))
+    runroot = short / "run"
+    containers = ('[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
+                  f'tmp_dir = "{short / "libpod"}"\n')  # fmt: skip
     stores = "".join(f'  "{s}",\n' for s in additional_stores)
     storage = (f'[storage]\ndriver = "overlay"\ngraphroot = "{graphroot}"\n'
                f'runroot = "{runroot}"\n\n[storage.options]\n'
                f"additionalimagestores = [\n{stores}]\n")  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "containers.conf").write_text(_CONTAINERS_CONF)
+    (directory / "containers.conf").write_text(containers)
     (directory / "storage.conf").write_text(storage)
     env = {"CONTAINERS_CONF": str(directory / "containers.conf"),
            "CONTAINERS_STORAGE_CONF": str(directory / "storage.conf")}  # fmt: skip
