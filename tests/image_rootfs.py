@@ -81,8 +81,11 @@ def debian_closure(roots: Iterable[str] = DEBIAN_ROOTS) -> dict[str, str]:
     """The installed packages ``roots`` need (Depends closure), each with its version. A
     dependency only a virtual package satisfies (``awk``) is left to the packages named."""
     status = _dpkg_status()
-    seen: dict[str, str] = {}
     todo = list(roots)
+    missing = [r for r in todo if r not in status]
+    if missing:
+        raise RuntimeError(f"the test image needs the Debian packages {' '.join(missing)}")
+    seen: dict[str, str] = {}
     while todo:
         package = todo.pop()
         if package not in seen and package in status:

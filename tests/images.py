@@ -87,14 +87,11 @@ def write_podman_conf(
 
 
 def podman(
-    storage: PodmanStorage,
-    *args: str,
-    stdin: int | None = None,
-    timeout_s: float = PODMAN_TIMEOUT_S,
+    storage: PodmanStorage, *args: str, timeout_s: float = PODMAN_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
     """Run ``podman ARGS`` under ``storage``'s configuration (output captured, not checked)."""
     return subprocess.run(
-        ["podman", *args], env={**os.environ, **storage.env}, stdin=stdin,
+        ["podman", *args], env={**os.environ, **storage.env}, stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=timeout_s, check=False,
     )  # fmt: skip
 
