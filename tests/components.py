@@ -47,6 +47,10 @@ def _commands(*names: str) -> Callable[[], bool]:
 _SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin:/usr/sbin:/sbin"])
 
 
+def _files(*paths: str) -> bool:
+    return all(os.path.exists(p) for p in paths)
+
+
 def _postgres() -> bool:
     found = [shutil.which("initdb"), *glob.glob("/usr/lib/postgresql/*/bin/initdb")]
     if not any(p and os.path.exists(os.path.join(os.path.dirname(p), "pg_ctl")) for p in found):
@@ -88,9 +92,12 @@ COMPONENTS: dict[str, Component] = {
                   _commands("prometheus", "promtool")),
         Component("chromium", "headless Chromium and its WebDriver (the dashboard's browser "
                   "test)", ("chromium", "chromium-driver"), _commands("chromium", "chromedriver")),
-        Component("podman", "Podman with the runc runtime, and a static busybox (the agent's "
-                  "container tests build their image from it)",
-                  ("podman", "runc", "busybox-static"), _commands("podman", "runc", "busybox")),
+        Component("podman", "Podman with the runc runtime, a static busybox and Debian's "
+                  "python3.11 and procps (the container tests build their images from them: "
+                  "tests/images.py)",
+                  ("podman", "runc", "busybox-static", "python3", "procps"),
+                  lambda: _commands("podman", "runc", "busybox")() and _files(
+                      "/usr/bin/python3.11", "/usr/bin/ps", "/usr/bin/dpkg-query")),
     )
 }  # fmt: skip
 
