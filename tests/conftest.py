@@ -1,6 +1,6 @@
-"""Fixtures every test directory may use: this session's Podman and the container image the
-end-to-end tests run tasks in (``tests/images.py``)."""
+"""Fixtures every test directory may use: this session's Podman and the container images the
+tests run tasks in (``tests/images.py``)."""
 
-from tests.images import podman_env, podman_storage, torch_image
+from tests.images import busybox_image, podman_engine, podman_env, podman_storage, torch_image
 
-__all__ = ["podman_env", "podman_storage", "torch_image"]
+__all__ = ["busybox_image", "podman_engine", "podman_env", "podman_storage", "torch_image"]

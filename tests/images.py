@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -39,6 +40,7 @@ from pathlib import Path
 import pytest
 
 import gpulease
+from gpulease.agent.containers import ContainerEngine, detect_engine, run_engine
 from tests import image_rootfs
 from tests.components import require, require_root, unavailable
 
@@ -251,3 +253,42 @@ def torch_image(podman_storage: PodmanStorage, tmp_path_factory: pytest.TempPath
     """:data:`IMAGE` in this session's Podman, with gpulease from the checkout under test."""
     package_dir = Path(gpulease.__file__).parent
     return build_image(podman_storage, package_dir, tmp_path_factory.mktemp("image-context"))
+
+
+BUSYBOX_IMAGE = "localhost/gpulease-test-busybox:1"
+BUSYBOX_APPLETS = ("sh", "cat", "echo", "sleep", "touch", "test", "[", "kill", "ls", "pwd", "tr")
+
+
+def write_busybox_tar(path: Path) -> None:
+    """A rootfs tar holding the host's static busybox and :data:`BUSYBOX_APPLETS`: an image
+    with a shell in a second (for the tests that need no Python)."""
+    busybox = shutil.which("busybox")
+    assert busybox, "busybox-static is part of the podman component"
+    with tarfile.open(path, "w") as tar:
+        for d in ("bin", "tmp", "etc", "proc", "sys", "dev"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        tar.add(busybox, "bin/busybox")
+        for applet in BUSYBOX_APPLETS:
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+
+
+@pytest.fixture(scope="session")
+def podman_engine(podman_env: dict[str, str]) -> ContainerEngine:
+    """The engine the agents find (``podman`` on ``PATH``), configured by :func:`podman_env`."""
+    found = detect_engine()
+    assert found is not None
+    return ContainerEngine(found.kind, found.executable, env=podman_env)
+
+
+@pytest.fixture(scope="session")
+def busybox_image(podman_engine: ContainerEngine, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """:data:`BUSYBOX_IMAGE`, imported into this session's Podman."""
+    tar = tmp_path_factory.mktemp("busybox") / "busybox.tar"
+    write_busybox_tar(tar)
+    done = run_engine(podman_engine, podman_engine.argv("import", str(tar), BUSYBOX_IMAGE))
+    assert done.returncode == 0, done.stderr
+    return BUSYBOX_IMAGE

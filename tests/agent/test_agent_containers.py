@@ -4,79 +4,40 @@ environment), a preemption notice reaches the task inside as SIGTERM, ``exec`` e
 container, an agent restart adopts it; once the task ended nothing of it runs inside, the
 container stays for ``exec`` and goes when the node's next task comes.
 
-The image is a static busybox imported in the test (no registry is reachable here).
+The image is a static busybox imported in the test (no registry is reachable here) into this
+session's Podman (``podman_env``, tests/images.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from gpulease.agent.containers import ContainerEngine, container_running, detect_engine, run_engine
+from gpulease.agent.containers import ContainerEngine, container_running, run_engine
 from tests.agent.conftest import AgentProcess, task
-from tests.agent.test_containers import _busybox_tar
-from tests.components import require, require_root
+from tests.images import BUSYBOX_IMAGE
 from tests.waiting import wait_until
-
-BUSYBOX_IMAGE = "localhost/gpulease-test-busybox:1"
 
 pytestmark = pytest.mark.xdist_group("podman")
 READY = 'touch "$GPULEASE_WORK_DIR/ready"'
 
 
-@pytest.fixture(scope="module")
-def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    require("podman")
-    require_root("Podman runs rootful here (runc)")
-    root = tmp_path_factory.mktemp("podman-env")
-    short = Path(tempfile.mkdtemp(prefix="glpod-", dir="/tmp"))
-    (root / "containers.conf").write_text(
-        '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\n'
-    )
-    (root / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{root}/storage"\nrunroot = "{short}/run"\n'
-    )
-    env = {
-        "CONTAINERS_CONF": str(root / "containers.conf"),
-        "CONTAINERS_STORAGE_CONF": str(root / "storage.conf"),
-    }
-    yield env
-    found = detect_engine()
-    if found is not None:
-        eng = ContainerEngine(found.kind, found.executable, env=env)
-        run_engine(eng, eng.argv("system", "reset", "--force"))
-    shutil.rmtree(short, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def busybox_image(podman_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
-    found = detect_engine()
-    assert found is not None
-    eng = ContainerEngine(found.kind, found.executable, env=podman_env)
-    tar = tmp_path_factory.mktemp("busybox") / "busybox.tar"
-    _busybox_tar(tar)
-    done = run_engine(eng, eng.argv("import", str(tar), BUSYBOX_IMAGE))
-    assert done.returncode == 0, done.stderr
-    return BUSYBOX_IMAGE
-
-
-@pytest.fixture
-def engine(podman_env: dict[str, str]) -> ContainerEngine:
-    found = detect_engine()
-    assert found is not None
-    return ContainerEngine(found.kind, found.executable, env=podman_env)
-
-
 @pytest.fixture
 def container_agent(
-    agent_factory: Callable[..., AgentProcess], podman_env: dict[str, str], busybox_image: str
-) -> AgentProcess:
-    return agent_factory(env=podman_env)
+    agent_factory: Callable[..., AgentProcess],
+    podman_env: dict[str, str],
+    podman_engine: ContainerEngine,
+    busybox_image: str,
+) -> Iterator[AgentProcess]:
+    agent = agent_factory(env=podman_env)
+    yield agent
+    label = f"label=gpulease.node={agent.node_dir.resolve()}"  # what the node's end would remove
+    left = run_engine(podman_engine, podman_engine.argv("ps", "-aq", "--filter", label)).stdout
+    if left.split():
+        run_engine(podman_engine, podman_engine.argv("rm", "--force", "--time", "0", *left.split()))
 
 
 def _task_containers(engine: ContainerEngine, task_id: str) -> list[str]:
@@ -87,7 +48,7 @@ def _task_containers(engine: ContainerEngine, task_id: str) -> list[str]:
 
 
 def test_setup_and_run_share_one_container_with_the_task_env_and_it_is_removed_after(
-    container_agent: AgentProcess, engine: ContainerEngine
+    container_agent: AgentProcess, podman_engine: ContainerEngine
 ) -> None:
     work = container_agent.node_dir / "work"
     sub = task(
@@ -102,16 +63,16 @@ def test_setup_and_run_share_one_container_with_the_task_env_and_it_is_removed_a
     assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-ok")
     assert (work / "out.txt").read_text() == f"from-setup\nhello 0 {work}\n"
     assert not Path("/in-the-image").exists()  # it was the container's root, not the host's
-    assert len(_task_containers(engine, "c-ok")) == 1  # kept for exec
+    assert len(_task_containers(podman_engine, "c-ok")) == 1  # kept for exec
     after = container_agent.api.exec("c-ok", "cat /in-the-image")
     assert (after.exit_code, after.output) == (0, "from-setup\n")
     container_agent.api.submit(task("next", run="true"))  # the node's next task
     assert container_agent.wait_state("next")["state"] == "SUCCEEDED"
-    assert _task_containers(engine, "c-ok") == []
+    assert _task_containers(podman_engine, "c-ok") == []
 
 
 def test_a_preemption_notice_reaches_the_task_inside_and_exit_75_is_preempted(
-    container_agent: AgentProcess, engine: ContainerEngine
+    container_agent: AgentProcess, podman_engine: ContainerEngine
 ) -> None:
     run = (
         'on_term() { test -e "$GPULEASE_PREEMPTION_FILE" && echo notice-seen; '
@@ -132,7 +93,7 @@ def test_a_preemption_notice_reaches_the_task_inside_and_exit_75_is_preempted(
 
 
 def test_a_task_ignoring_sigterm_is_killed_after_the_grace_with_its_container(
-    container_agent: AgentProcess, engine: ContainerEngine
+    container_agent: AgentProcess, podman_engine: ContainerEngine
 ) -> None:
     run = "trap '' TERM; " + READY + "; while :; do sleep 0.1; done"
     container_agent.api.submit(task("c-kill", image=BUSYBOX_IMAGE, run=run))
@@ -140,7 +101,7 @@ def test_a_task_ignoring_sigterm_is_killed_after_the_grace_with_its_container(
     container_agent.api.cancel("c-kill", grace_s=1.0)
     status = container_agent.wait_state("c-kill", timeout=60)
     assert status["state"] == "CANCELLED"
-    assert _task_containers(engine, "c-kill") == []
+    assert _task_containers(podman_engine, "c-kill") == []
 
 
 def test_exec_enters_the_running_container(container_agent: AgentProcess) -> None:
@@ -158,21 +119,21 @@ def test_exec_enters_the_running_container(container_agent: AgentProcess) -> Non
 
 
 def test_a_restarted_agent_adopts_the_running_container(
-    container_agent: AgentProcess, engine: ContainerEngine
+    container_agent: AgentProcess, podman_engine: ContainerEngine
 ) -> None:
     work = container_agent.node_dir / "work"
     run = READY + '; while [ ! -e "$GPULEASE_WORK_DIR/go" ]; do sleep 0.1; done; echo done > out'
     container_agent.api.submit(task("c-adopt", image=BUSYBOX_IMAGE, run=run))
     wait_until((work / "ready").exists, 60, "the task to start")
-    (name,) = _task_containers(engine, "c-adopt")
+    (name,) = _task_containers(podman_engine, "c-adopt")
     container_agent.kill()  # the agent only: its job and the container live on
     container_agent.start()
-    assert container_running(engine, "gpulease-c-adopt-0")
+    assert container_running(podman_engine, "gpulease-c-adopt-0")
     (work / "go").touch()
     status = container_agent.wait_state("c-adopt", timeout=60)
     assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-adopt")
     assert (work / "out").read_text() == "done\n"
-    assert _task_containers(engine, "c-adopt") == [name]
+    assert _task_containers(podman_engine, "c-adopt") == [name]
 
 
 def test_a_node_without_an_engine_fails_the_task_saying_so(

@@ -4,18 +4,12 @@ builders (of the driver and of a task's container) are checked without Podman; a
 container on a real agent is tests/agent/test_agent_containers.py.
 
 No registry is reachable: the image is built here, ``podman import`` of a tar holding a static
-busybox (enough for ``sh -c``). Podman runs as root with the runc runtime, its storage in a
-temporary directory, and a ``containers.conf`` with ``default_ulimits = []`` (the setrlimit of
-the default configuration fails here).
+busybox, in this session's Podman (``podman_engine``, ``busybox_image``: tests/images.py).
 """
 
 from __future__ import annotations
 
-import shutil
 import stat
-import tarfile
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,72 +22,18 @@ from gpulease.agent.containers import (
     detect_engine,
     ensure_image,
     registry_of,
-    run_engine,
     write_env_file,
 )
 from gpulease.agent.task_container import ContainerMounts, TaskContainer
-from tests.components import require, require_root
 
-IMAGE = "localhost/gpulease-test-busybox:1"
-
-
-def _busybox_tar(path: Path) -> None:
-    busybox = shutil.which("busybox")
-    assert busybox
-    with tarfile.open(path, "w") as tar:
-        for d in ("bin", "tmp", "etc", "proc", "sys", "dev"):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        tar.add(busybox, "bin/busybox")
-        for applet in (
-            "sh",
-            "cat",
-            "echo",
-            "sleep",
-            "touch",
-            "test",
-            "[",
-            "kill",
-            "ls",
-            "pwd",
-            "tr",
-        ):
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-
-
-@pytest.fixture(scope="session")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerEngine]:
-    require("podman")
-    require_root("Podman runs rootful here (runc)")
-    root = tmp_path_factory.mktemp("podman")
-    # Podman refuses a runroot longer than 50 characters; pytest's per-worker temp paths are
-    # longer than that under xdist, so the runroot gets a short directory of its own
-    short = Path(tempfile.mkdtemp(prefix="glpod-", dir="/tmp"))
-    conf = root / "containers.conf"
-    conf.write_text("[containers]\ndefault_ulimits = []\n")
-    engine = ContainerEngine(
-        kind="podman",
-        executable=shutil.which("podman") or "podman",
-        global_args=("--runtime", shutil.which("runc", path="/usr/sbin:/usr/bin") or "runc",
-                     "--root", str(root / "storage"), "--runroot", str(short / "run"),
-                     "--storage-driver", "vfs"),
-        env={"CONTAINERS_CONF": str(conf)},
-    )  # fmt: skip
-    tar = root / "busybox.tar"
-    _busybox_tar(tar)
-    done = run_engine(engine, engine.argv("import", str(tar), IMAGE))
-    assert done.returncode == 0, done.stderr
-    yield engine
-    shutil.rmtree(short, ignore_errors=True)
+pytestmark = pytest.mark.xdist_group("podman")
 
 
 def test_a_present_image_is_not_pulled_and_a_failed_login_hides_the_password(
-    podman: ContainerEngine,
+    podman_engine: ContainerEngine, busybox_image: str
 ) -> None:
-    assert ensure_image(podman, IMAGE) is False
+    podman = podman_engine
+    assert ensure_image(podman, busybox_image) is False
     creds = RegistryCredentials("localhost:1", "someone", "hunter2-password")
     assert "hunter2" not in repr(creds)
     with pytest.raises(ContainerError) as failed:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpulease.agent.containers import ContainerEngine, detect_engine, run_engine
+from gpulease.agent.containers import ContainerEngine, run_engine
 from gpulease.providers.base import InstanceState
 from gpulease.providers.local import LocalProvider
 from tests.cli.conftest import (
@@ -37,13 +37,6 @@ from tests.cli.test_jobs_spot_train import write_trace
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch-ddp")]
 EXAMPLES = ROOT / "examples"
-
-
-@pytest.fixture
-def engine(podman_env: dict[str, str]) -> ContainerEngine:
-    found = detect_engine()
-    assert found is not None
-    return ContainerEngine(found.kind, found.executable, env=podman_env)
 
 
 @pytest.fixture
@@ -91,15 +84,16 @@ def _ok(result: subprocess.CompletedProcess[str], code: int = 0) -> str:
     return result.stdout
 
 
-def _gpulease_containers(engine: ContainerEngine) -> list[str]:
-    argv = engine.argv("ps", "--all", "--quiet", "--filter", "label=gpulease.task")
-    done = run_engine(engine, argv)
+def _gpulease_containers(engine: ContainerEngine, home: Path) -> list[str]:
+    """The containers the agents of nodes under ``home`` started (their ``gpulease.node``)."""
+    done = run_engine(engine, engine.argv("ps", "--all", "--format", "json"))
     assert done.returncode == 0, done.stderr
-    return done.stdout.split()
+    return [c["Names"][0] for c in json.loads(done.stdout or "[]")
+            if (c.get("Labels") or {}).get("gpulease.node", "").startswith(str(home))]  # fmt: skip
 
 
 def test_the_quickstart_trains_in_the_image_and_exec_and_ssh_run_inside(
-    local_user: Cli, torch_image: str, engine: ContainerEngine, tmp_path: Path
+    local_user: Cli, torch_image: str, podman_engine: ContainerEngine, tmp_path: Path
 ) -> None:
     run = 'echo "in $GPULEASE_CONTAINER"; python train_digits.py --epochs 15 --onnx off'
     task = _in_image("quickstart.yaml", torch_image, tmp_path, run=run)
@@ -112,11 +106,11 @@ def test_the_quickstart_trains_in_the_image_and_exec_and_ssh_run_inside(
     name, cwd = shell.split()
     assert name.startswith("gpulease-") and Path(cwd).name == "work"
     _ok(local_user("down", "quickstart"))
-    assert _gpulease_containers(engine) == []
+    assert _gpulease_containers(podman_engine, local_user.home) == []
 
 
 def test_the_two_node_ddp_example_runs_with_both_nodes_in_containers(
-    local_user: Cli, torch_image: str, engine: ContainerEngine, tmp_path: Path
+    local_user: Cli, torch_image: str, podman_engine: ContainerEngine, tmp_path: Path
 ) -> None:
     task = _in_image("ddp-2node.yaml", torch_image, tmp_path)
     out = _ok(local_user("launch", str(task), timeout=400))
@@ -124,11 +118,11 @@ def test_the_two_node_ddp_example_runs_with_both_nodes_in_containers(
     ranks = _ok(local_user("exec", "ddp-2node", "--all", 'echo "$NODE_RANK $GPULEASE_CONTAINER"'))
     assert len(set(ranks.split("\n")) - {""}) == 2, ranks
     _ok(local_user("down", "ddp-2node"))
-    assert _gpulease_containers(engine) == []
+    assert _gpulease_containers(podman_engine, local_user.home) == []
 
 
 def test_a_managed_spot_job_in_the_image_survives_a_preemption(
-    sim_user: Cli, torch_image: str, engine: ContainerEngine, tmp_path: Path
+    sim_user: Cli, torch_image: str, podman_engine: ContainerEngine, tmp_path: Path
 ) -> None:
     data = yaml.safe_load((EXAMPLES / "spot-train.yaml").read_text())
     envs = {**data["envs"], "EPOCHS": "8", "STEP_DELAY": "0.1", "WEIGHTS_OUT": "final.pt"}
@@ -143,4 +137,4 @@ def test_a_managed_spot_job_in_the_image_survives_a_preemption(
     assert "preempted at step" in out.stdout
     nodes = LocalProvider(sim_user.home / "sim" / "local")
     assert all(i.state is InstanceState.TERMINATED for i in nodes.list_instances({}))
-    assert _gpulease_containers(engine) == []
+    assert _gpulease_containers(podman_engine, sim_user.home) == []
