@@ -49,6 +49,8 @@ _ETC = {
     "etc/passwd": "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:"
     "/usr/sbin/nologin\n",
     "etc/group": "root:x:0:\nnogroup:x:65534:\n",
+    # `python` as in the images people train in (Debian's python-is-python3 does the same)
+    "usr/local/bin/python": '#!/bin/sh\nexec /usr/bin/python3 "$@"\n',
     "usr/local/bin/torchrun": "#!/usr/bin/python3\nimport sys\n"
     "from torch.distributed.run import main\nsys.exit(main())\n",
 }
@@ -228,7 +230,8 @@ def write_base_tar(
     stream: IO[bytes], packages: Iterable[str], dists: Iterable[md.Distribution]
 ) -> None:
     """The base image's root file system: the Debian ``packages``' files, the Python ``dists``
-    in dist-packages, a ``torchrun`` shim and the few files a root file system needs."""
+    in dist-packages, ``python`` and ``torchrun`` shims and the few files a root file system
+    needs."""
     with _open(stream) as tf:
         _write_base(_Tar(tf), packages, dists)
 

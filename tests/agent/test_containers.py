@@ -9,7 +9,6 @@ busybox, in this session's Podman (``podman_engine``, ``busybox_image``: tests/i
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from gpulease.agent.containers import (
     detect_engine,
     ensure_image,
     registry_of,
-    write_env_file,
 )
 from gpulease.agent.task_container import ContainerMounts, TaskContainer
 
@@ -53,30 +51,26 @@ def test_a_task_container_mounts_its_dirs_passes_gpus_per_engine_and_execs_phase
     made = {
         kind: TaskContainer(ContainerEngine(kind, kind), image="docker.io/library/python:3.12",
                             name=container_name("job 1/a", 2), task_id="job 1/a",
-                            node_dir=tmp_path, mounts=mounts, env={}, gpus=True)
+                            node_dir=tmp_path, mounts=mounts, gpus=True,
+                            env={"IPS": "10.0.0.1\n10.0.0.2"})
         for kind in ("podman", "docker")
     }  # fmt: skip
-    podman = made["podman"].run_argv(tmp_path / "env")
-    docker = made["docker"].run_argv(tmp_path / "env")
+    podman = made["podman"].run_argv()
+    docker = made["docker"].run_argv()
     assert podman[podman.index("--device") + 1] == "nvidia.com/gpu=all"
     assert docker[docker.index("--gpus") + 1] == "all"
     assert podman[podman.index("--name") + 1] == "gpulease-job_1_a-2"
     volumes = [podman[i + 1] for i, arg in enumerate(podman) if arg == "-v"]
     assert volumes == [f"{d}:{d}" for d in (tmp_path / "work", tmp_path / "task")]  # ckpt inside
     assert podman[podman.index("-w") + 1] == str(tmp_path / "work")
+    named = [podman[i + 1] for i, arg in enumerate(podman) if arg == "--env"]
+    assert named == ["GPULEASE_CONTAINER", "GPULEASE_CONTAINER_ENGINE", "IPS"]
+    assert not any("10.0.0.1" in arg for arg in podman)  # values only in the engine's env
     assert "--detach" in podman and "--network" in podman and "--init" in podman
     assert podman[-4] == "docker.io/library/python:3.12" and "trap ''" in podman[-1]
     phase = made["podman"].exec_argv("echo hi")
     assert phase[:5] == ["podman", "exec", "-w", str(tmp_path / "work"), "gpulease-job_1_a-2"]
     assert phase[-1] == "echo hi"
-
-
-def test_env_file_is_private_and_refuses_a_value_it_cannot_hold(tmp_path: Path) -> None:
-    path = write_env_file({"A": "1 2 'x'", "B": ""}, tmp_path)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_text() == "A=1 2 'x'\nB=\n"
-    with pytest.raises(ValueError, match="environment variable KEY: a value with a newline"):
-        write_env_file({"KEY": "line1\nline2"}, tmp_path)
 
 
 def test_detect_engine_prefers_podman_and_registry_of_reads_the_host(tmp_path: Path) -> None:

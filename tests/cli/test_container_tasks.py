@@ -100,7 +100,9 @@ def test_the_quickstart_trains_in_the_image_and_exec_and_ssh_run_inside(
     out = _ok(local_user("launch", str(task), timeout=300))
     assert re.search(r"test accuracy \d", out), out
     assert "in gpulease-" in out
-    inside = _ok(local_user("exec", "quickstart", "test -d /usr/lib/python3 && echo image"))
+    baked = "/usr/local/lib/python3.11/dist-packages/torch"  # the image's, not this machine's
+    assert not Path(baked).exists()
+    inside = _ok(local_user("exec", "quickstart", f"test -d {baked} && echo image"))
     assert inside.strip() == "image"
     shell = _ok(local_user("ssh", "quickstart", "--command", 'echo "$GPULEASE_CONTAINER"; pwd'))
     name, cwd = shell.split()
@@ -115,8 +117,10 @@ def test_the_two_node_ddp_example_runs_with_both_nodes_in_containers(
     task = _in_image("ddp-2node.yaml", torch_image, tmp_path)
     out = _ok(local_user("launch", str(task), timeout=400))
     assert re.search(r"test accuracy \d", out), out
-    ranks = _ok(local_user("exec", "ddp-2node", "--all", 'echo "$NODE_RANK $GPULEASE_CONTAINER"'))
-    assert len(set(ranks.split("\n")) - {""}) == 2, ranks
+    probe = 'echo "$NODE_RANK $GPULEASE_CONTAINER"'
+    seen = [_ok(local_user("exec", "ddp-2node", probe, "--rank", r)).split() for r in ("0", "1")]
+    assert [rank for rank, _ in seen] == ["0", "1"], seen
+    assert seen[0][1] != seen[1][1] and all(n.startswith("gpulease-") for _, n in seen), seen
     _ok(local_user("down", "ddp-2node"))
     assert _gpulease_containers(podman_engine, local_user.home) == []
 

@@ -7,9 +7,9 @@ running container, ``rm``, ``ps``, ``image exists``, ``login``, ``pull`` — and
 there already), logging in to its registry first when credentials are given. The life of a
 task's container (its ``run``, phases, stops) is :mod:`gpulease.agent.task_container`.
 
-The builders are pure (argv lists); :func:`run_engine` is the one thin runner. Secrets: the
-task's environment reaches a container through ``--env-file`` of a 0600 file
-(:func:`write_env_file`), never on a command line; a registry password goes to ``login
+The builders are pure (argv lists); :func:`run_engine` is the one thin runner, which may give
+the engine extra environment variables (how a task's variables reach a container: named on the
+command line, valued only in the engine's environment). A registry password goes to ``login
 --password-stdin`` on standard input, and is cut out of every error message.
 """
 
@@ -19,10 +19,8 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 EngineKind = Literal["podman", "docker"]
@@ -74,10 +72,12 @@ def detect_engine(
     return None
 
 
-def container_name(task_id: str, attempt: int) -> str:
-    """A task attempt's container: ``gpulease-<task id>-<attempt>``, unsafe characters as
-    ``_``."""
-    return _NAME_UNSAFE.sub("_", f"gpulease-{task_id}-{attempt}")
+def container_name(task_id: str, attempt: int, node_rank: int = 0) -> str:
+    """A task attempt's container on node ``node_rank``: ``gpulease-<task id>-<attempt>`` plus
+    ``-n<rank>`` on nodes after the first (nodes of one cluster may share an engine: the local
+    provider's), unsafe characters as ``_``."""
+    rank = f"-n{node_rank}" if node_rank else ""
+    return _NAME_UNSAFE.sub("_", f"gpulease-{task_id}-{attempt}{rank}")
 
 
 def gpu_args(engine: ContainerEngine) -> list[str]:
@@ -128,24 +128,6 @@ def registry_of(ref: str) -> str:
     return "docker.io"
 
 
-def write_env_file(env: Mapping[str, str], directory: Path) -> Path:
-    """Write ``env`` as ``KEY=VALUE`` lines to a new 0600 file in ``directory``; the caller
-    deletes it. A value with a newline (which the format cannot hold) is a ``ValueError``
-    naming the variable, never showing its value."""
-    lines = []
-    for key, value in env.items():
-        if not _ENV_KEY.match(key):
-            raise ValueError(f"environment variable name {key!r} is not valid in a container")
-        if "\n" in value or "\r" in value:
-            raise ValueError(f"environment variable {key}: a value with a newline cannot be "
-                             "passed to a container")  # fmt: skip
-        lines.append(f"{key}={value}\n")
-    fd, name = tempfile.mkstemp(prefix="gpulease-env-", dir=directory)  # mode 0600
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.writelines(lines)
-    return Path(name)
-
-
 def run_engine(
     engine: ContainerEngine,
     argv: Sequence[str],
@@ -153,6 +135,7 @@ def run_engine(
     stdin: str | None = None,
     secret: str | None = None,
     timeout_s: float = ENGINE_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run one engine command and return it (whatever its exit status); ``secret`` is cut out
     of its output. A command that does not start or finish is a :class:`ContainerError`."""
@@ -162,7 +145,7 @@ def run_engine(
             input=stdin if stdin is not None else "",
             capture_output=True,
             text=True,
-            env=engine.process_env(os.environ),
+            env={**engine.process_env(os.environ), **(env or {})},
             timeout=timeout_s,
             check=False,
         )

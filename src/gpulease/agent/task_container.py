@@ -10,7 +10,8 @@ model):
   process that ignores SIGTERM (so a stop reaches the task's processes, never the container
   itself), with ``--init``, host networking, the work, checkpoint and task directories
   bind-mounted at the same paths, the GPUs passed through when the node has NVIDIA devices,
-  and the task's environment from a 0600 ``--env-file`` deleted at once. A container already
+  and the task's environment named by ``--env NAME`` (the values in the engine process's
+  environment only). A container already
   running under the attempt's name (the agent restarted) is adopted as it is.
 - **phases** (:meth:`TaskContainer.phase_script`): the shell line the agent's phase wrapper
   runs in place of the task's script: ``ENGINE exec -w WORK NAME sh -c …`` running the script
@@ -51,7 +52,6 @@ from gpulease.agent.containers import (
     gpu_args,
     remove_argv,
     run_engine,
-    write_env_file,
 )
 from gpulease.agent.env import container_env
 from gpulease.wire import NodeTask
@@ -142,11 +142,7 @@ class TaskContainer:
         notes = self.node_dir / CONTAINER_NOTES  # intent first: whoever removes the node looks
         notes.mkdir(exist_ok=True)
         (notes / self.name).touch()
-        env_file = write_env_file(self.env, self.mounts.task_dir)
-        try:
-            done = run_engine(engine, self.run_argv(env_file))
-        finally:
-            env_file.unlink(missing_ok=True)
+        done = run_engine(engine, self.run_argv(), env=self.env)
         if done.returncode != 0:
             detail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
             raise ContainerError(f"starting a container from {self.image} failed "
@@ -159,8 +155,12 @@ class TaskContainer:
                                  "container engine (podman or docker on PATH)")  # fmt: skip
         return self.engine
 
-    def run_argv(self, env_file: Path) -> list[str]:
-        """The detached ``run`` of the keeper, with everything the task's phases need."""
+    def run_argv(self) -> list[str]:
+        """The detached ``run`` of the keeper, with everything the task's phases need. The
+        task's variables are named (``--env NAME``), never valued: the engine takes each value
+        from its own environment (:attr:`env`, given to the ``run`` process only), so no value
+        is on a command line or in a file, and one with a newline (``GPULEASE_NODE_IPS``)
+        passes as it is."""
         engine, work = self._engine(), str(self.mounts.work_dir)
         return engine.argv(
             "run",
@@ -179,8 +179,7 @@ class TaskContainer:
             *self.mounts.volumes(),
             "-w",
             work,
-            "--env-file",
-            str(env_file),
+            *(arg for name in sorted(self.env) for arg in ("--env", name)),
             *(gpu_args(engine) if self._gpus else []),
             self.image,
             *KEEPER,
@@ -241,13 +240,13 @@ def task_container(
     base_env: Mapping[str, str],
     credentials: Callable[[], RegistryCredentials | None],
 ) -> TaskContainer:
-    """The container of ``sub``'s attempt (``sub.image`` set), named
-    ``gpulease-<task id>-<attempt>``."""
+    """The container of ``sub``'s attempt on its node (``sub.image`` set), named by
+    :func:`~gpulease.agent.containers.container_name`."""
     assert sub.image is not None
     return TaskContainer(
         engine,
         image=sub.image,
-        name=container_name(sub.task_id, sub.attempt),
+        name=container_name(sub.task_id, sub.attempt, sub.node_rank),
         task_id=sub.task_id,
         node_dir=node_dir,
         mounts=ContainerMounts(paths.work_dir, paths.checkpoint_dir, paths.task_dir),

@@ -363,7 +363,7 @@ class LocalProvider(
         if record.sid is None:
             return _S.PENDING, ""  # intent written, agent not started: launch again starts it
         if not alive:
-            remove_node_containers(self._node_dir(record.id))
+            remove_node_containers(self._node_dir(record.id) / "node")
             self._set_state(record, _S.TERMINATED)
             return _S.TERMINATED, "the node's processes exited without a terminate"
         if not record.healthy and self._answers_health(record):
@@ -381,7 +381,7 @@ class LocalProvider(
                 table.signal(record.sid, signal.SIGKILL)  # outlived the grace period
             return _S.STOPPING if record.state is _S.STOPPED else record.state
         if record.state in (_S.TERMINATING, _S.STOPPING):
-            remove_node_containers(self._node_dir(record.id))  # they outlive the session
+            remove_node_containers(self._node_dir(record.id) / "node")  # they outlive the session
         if record.state is _S.TERMINATING:
             shutil.rmtree(self._node_dir(record.id), ignore_errors=True)
             self._set_state(record, _S.TERMINATED)
