@@ -1,7 +1,7 @@
 """The end-to-end tests' container image (tests/images.py) works under the engine configured
 only through ``CONTAINERS_CONF`` / ``CONTAINERS_STORAGE_CONF``: Debian's python3 imports torch,
-scikit-learn and the gpulease under test, ``torchrun`` is on PATH, and the training example
-trains in it with its work directory bind-mounted at the same path."""
+scikit-learn and the gpulease under test, ``torchrun`` is on PATH. (The training example in the
+image, end to end: tests/cli/test_container_tasks.py.)"""
 
 from __future__ import annotations
 
