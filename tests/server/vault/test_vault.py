@@ -13,17 +13,21 @@ import secrets
 import stat
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, text, update
 
 from gpulease.errors import UserInputError
 from gpulease.server.vault import KEYRING_FILE, SecretSetNotFound, Vault, VaultError, open_vault
 from gpulease.state import session_scope
 from gpulease.state.secret_sets import SecretSet, get_secret_set
 from tests.state.postgres import PostgresServer
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -180,3 +184,52 @@ def test_the_cli_rotates_and_names_a_bad_config_field(db_kind: str, tmp_path: Pa
     (home / "config.yaml").write_text("secrets: {kms_key_id: alias/k, regoin: us-east-1}\n")
     bad = cli()
     assert bad.returncode == 2 and "secrets.regoin: unknown field" in bad.stderr
+
+
+def _in_function(thread: threading.Thread, name: str) -> bool:
+    """Whether ``thread`` is now running inside the function ``name`` (its frame stack)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextmanager
+def _inserts_held(engine: Engine, db_kind: str) -> Iterator[None]:
+    """Hold back every insert into ``secret_sets`` (reads and ``SELECT … FOR UPDATE`` go on)."""
+    with engine.connect() as conn:
+        if db_kind == "sqlite":
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # the one writer lock of the file
+        else:
+            conn.begin()
+            conn.execute(text("LOCK TABLE secret_sets IN SHARE MODE"))
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("ROLLBACK") if db_kind == "sqlite" else conn.rollback()
+
+
+def test_a_store_that_sealed_before_a_rotation_reseals_its_row_after(
+    engine: Engine, db_kind: str, tmp_path: Path
+) -> None:
+    """The race rotation must survive: another vault read the old keyring, sealed a set with
+    the old key, and its insert lands after the rotation re-sealed every row and dropped the old
+    key. The store notices the keyring changed and re-seals its own row with the new key."""
+    home, canary = tmp_path / "home", _canary()
+    rotating, storing = open_vault(home, engine, {}), open_vault(home, engine, {})
+    old_key, stored = storing.current_key_id, []
+    with _inserts_held(engine, db_kind):
+        thread = threading.Thread(
+            target=lambda: stored.append(storing.store({"A": SecretStr(canary)}))
+        )
+        thread.start()
+        wait_until(lambda: _in_function(thread, "add_secret_set"), 30, "the insert to wait")
+        assert rotating.rotate() == 0  # the row is not in yet; the old key is dropped
+    thread.join(30)
+    (set_id,) = stored
+    new_key = rotating.current_key_id
+    assert new_key != old_key and [r.key_id for r in _rows(engine)] == [new_key]
+    assert open_vault(home, engine, {}).load(set_id)["A"].get_secret_value() == canary

@@ -42,6 +42,10 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+ON_SQLITE = pytest.mark.parametrize("db_kind", ["sqlite"])  # the wrap is the same on either DB
+
+
+@ON_SQLITE
 def test_a_kms_wrapped_keyring_holds_no_raw_key_and_round_trips(
     engine: Engine, tmp_path: Path, kms_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,6 +71,7 @@ def test_a_kms_wrapped_keyring_holds_no_raw_key_and_round_trips(
         open_vault(home, engine, _config(kms_key))
 
 
+@ON_SQLITE
 def test_a_raw_keyring_is_refused_until_a_rotation_wraps_it(
     engine: Engine, tmp_path: Path, kms_key: str
 ) -> None:
