@@ -102,8 +102,8 @@ class Vault:
         if not _SET_ID.match(set_id):
             raise SecretSetNotFound(set_id)
         ring, row = self._refresh(), self._row(set_id)
-        if ring.key(row.key_id) is None:  # rotated by another process: read the file again
-            ring, row = self._refresh(force=True), self._row(set_id)
+        if ring.key(row.key_id) is None:  # a rotation since the file was read: read both again
+            ring, row = self._refresh(), self._row(set_id)
         key = ring.key(row.key_id)
         if key is None:
             raise VaultError(
