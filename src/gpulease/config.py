@@ -21,6 +21,10 @@ optional, and every section in it is optional. Sections read so far:
     credentials for the registries task images are pulled from:
     ``containers.registries: {ghcr.io: {username, password_env: GHCR_TOKEN}}`` — the password
     only by the name of its environment variable (see below, docs/containers.md).
+``secrets``
+    how the server's vault keeps its keyring (``<home>/secrets.keyring``):
+    ``secrets: {kms_key_id: KEY, region: R}`` wraps every key in it with that AWS KMS key
+    (:func:`secrets_settings`; see :mod:`gpulease.server.vault`, docs/server.md).
 
 Registry credentials (:func:`registry_entries`, :func:`resolve_credential`): each key of
 ``containers.registries`` is a registry host (with its port, as
@@ -50,11 +54,13 @@ from gpulease.errors import UserInputError
 __all__ = [
     "RegistryCredential",
     "RegistryEntry",
+    "SecretsSettings",
     "config_path",
     "home",
     "load_config",
     "registry_entries",
     "resolve_credential",
+    "secrets_settings",
 ]
 
 
@@ -169,3 +175,41 @@ def resolve_credential(
     return RegistryCredential(
         registry=entry.registry, username=entry.username, password=SecretStr(password)
     )
+
+
+# --- the vault's keyring (secrets) ---------------------------------------------------------
+
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class SecretsSettings:
+    """The ``secrets`` section: the KMS key that wraps the vault's keyring (None: not wrapped)
+    and its region (None: boto3's usual chain, e.g. ``AWS_DEFAULT_REGION``)."""
+
+    kms_key_id: str | None = None
+    region: str | None = None
+
+
+def secrets_settings(config: Mapping[str, Any]) -> SecretsSettings:
+    """The ``secrets`` section, checked; bad input names the field."""
+    section = config.get("secrets")
+    if section is None:
+        return SecretsSettings()
+    if not isinstance(section, Mapping):
+        raise UserInputError("secrets: expected a mapping ({kms_key_id: KEY, region: R})")
+    unknown = sorted(set(map(str, section)) - {"kms_key_id", "region"})
+    if unknown:
+        raise UserInputError(f"secrets.{unknown[0]}: unknown field (kms_key_id, region)")
+    key, region = section.get("kms_key_id"), section.get("region")
+    if key is not None and (not isinstance(key, str) or not key.strip()):
+        raise UserInputError(
+            "secrets.kms_key_id: expected a KMS key id, ARN or alias (text), as in alias/gpulease"
+        )
+    if region is not None and (not isinstance(region, str) or not _REGION.match(region)):
+        raise UserInputError(
+            f"secrets.region: expected an AWS region such as us-east-1, not {region!r}"
+        )
+    if region is not None and key is None:
+        raise UserInputError("secrets.region: only with secrets.kms_key_id (the KMS key's region)")
+    return SecretsSettings(kms_key_id=key.strip() if key else None, region=region)

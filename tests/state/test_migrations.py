@@ -35,6 +35,7 @@ TABLES = {
     "services",
     "pools",
     "bench_runs",
+    "secret_sets",
 }
 
 
@@ -110,6 +111,7 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0010_ledger_indexes.py",
         "0011_serving.py",
         "0012_bench_runs.py",
+        "0013_secret_sets.py",
     ]
     setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]

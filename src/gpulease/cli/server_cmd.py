@@ -1,9 +1,12 @@
-"""``gpulease server run|stop|status``: the local server. Other commands start it on first use;
-``run`` keeps it in the foreground (the same program: ``python -m gpulease.server run``)."""
+"""``gpulease server run|stop|status|rotate-secrets-key``: the local server. Other commands start it
+on first use; ``run`` keeps it in the foreground (the same program: ``python -m gpulease.server
+run``); ``rotate-secrets-key`` runs ``python -m gpulease.server rotate-secrets-key`` (the CLI never
+imports the server) and exits with its code."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import Annotated
 
@@ -60,3 +63,15 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     typer.echo(
         f"gpulease server (pid {info.pid}) at {info.url}, up {health.get('uptime_s', 0):.0f} s"
     )
+
+
+@app.command("rotate-secrets-key")
+def rotate_secrets_key() -> None:
+    """Rotate the vault's key: a new key, every stored secret set re-encrypted with it, the old
+    keys dropped (works whether or not the server runs; prints how many sets)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulease.server", "rotate-secrets-key"], check=False
+    )
+    raise typer.Exit(done.returncode)

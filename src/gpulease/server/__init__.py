@@ -7,5 +7,6 @@ Modules: ``main`` (the process: lock, DB, providers, loop, uvicorn, ``server.jso
 (routes), ``service`` (cluster operations), ``views`` (cluster JSON), ``planning`` (catalog +
 local offers + optimizer → launch targets), ``agents`` (the controller's agent port over the
 agent's HTTP client), ``keys`` (API token, ``server.key``, derived agent tokens), ``providers``
-(which providers run), ``runtime`` (the loop thread). See docs/server.md.
+(which providers run), ``runtime`` (the loop thread), ``vault`` (tasks' secrets sealed in the
+state DB, the keyring beside ``server.key``). See docs/server.md.
 """

@@ -6,6 +6,8 @@ Files in the gpulease home (created with mode 0600, never logged, never returned
 - ``server.key`` — 32 random bytes. A node's agent token is ``HMAC-SHA256(server.key, instance
   id)`` (hex) when its provider does not hand out tokens itself (``SupportsNodeToken``): the
   server can always re-derive it after a restart, and the DB keeps only its sha256.
+- ``secrets.keyring`` — the vault's keys for tasks' secrets (owned by
+  :mod:`gpulease.server.vault.keyring`, same rules).
 
 Moves no states.
 """

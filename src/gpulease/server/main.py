@@ -1,4 +1,5 @@
-"""``python -m gpulease.server run [--host H] [--port P]``: the server process.
+"""``python -m gpulease.server run [--host H] [--port P]``: the server process
+(``rotate-secrets-key``: :mod:`gpulease.server.vault.command`).
 
 Start-up: take ``<home>/server.lock`` (one server per home; a second exits with code 3), open and
 migrate the state DB, build the providers, the agent connector, the reconcile loop and the
@@ -90,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     run.add_argument("--port", type=int, default=int(os.environ.get("GPULEASE_SERVER_PORT", "0")))
     run.add_argument("--log-level", default=os.environ.get("GPULEASE_LOG_LEVEL", "INFO"))
+    rotate = commands.add_parser("rotate-secrets-key", help="rotate the vault's key (server.vault)")
+    rotate.add_argument("--log-level", default=os.environ.get("GPULEASE_LOG_LEVEL", "WARNING"))
     return parser
 
 
@@ -299,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per agent poll otherwise
     try:
+        if args.command == "rotate-secrets-key":
+            from gpulease.server.vault.command import rotate_secrets_key
+
+            return rotate_secrets_key()
         return serve(args.host, args.port)
     except UserInputError as exc:  # a bad config file: one line naming the key, no traceback
         print(f"error: {exc}", file=sys.stderr)

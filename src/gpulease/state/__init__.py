@@ -15,6 +15,8 @@ SQLite (``<home>/state.db``) by default, PostgreSQL when ``$GPULEASE_DB_URL`` sa
 - ``jobs``        managed-job rows and their bookkeeping
 - ``tokens``      random tokens stored as sha256 hashes
 - ``bench``       ``bench_runs``: one row per node per cluster bench run (history)
+- ``secret_sets`` ``secret_sets``: tasks' secrets as the server's vault sealed them (no crypto
+                  here, never a value in clear)
 - ``ledger``      the cost ledger's writer (the only one): open, advance, close, price splits;
                   ``entry_subject`` reads the subject back from a row's ``entry_key``
 

@@ -293,6 +293,7 @@ from gpulease.state.records import (  # noqa: E402
     ProviderOutage,
     TelemetryPoint,
 )
+from gpulease.state.secret_sets import SecretSet  # noqa: E402
 from gpulease.state.serving import Pool, Service  # noqa: E402
 
 __all__ = [
@@ -307,6 +308,7 @@ __all__ = [
     "Node",
     "Pool",
     "ProviderOutage",
+    "SecretSet",
     "ServerIdentity",
     "Service",
     "StatusChange",
