@@ -100,6 +100,13 @@ def test_a_restarted_agent_resumes_the_task_with_its_secret(
     assert (work / "seen").read_text().strip() == sha(canary)
     assert canary not in _answers(node, "s-resume")
     node.kill()
+    # what an agent killed between the task's end and the file's removal would leave
+    task_dir = node.node_dir / "tasks" / "s-resume"
+    for left in ("secrets.env", ".secrets.env.tmp-1-0123abcd"):
+        (task_dir / left).write_text(f"HF_TOKEN={canary}\n")
+    node.start()  # it finds the task ended: the files go
+    assert node.api.status("s-resume")["state"] == "SUCCEEDED"
+    node.kill()
     assert files_holding(node.root, canary) == []
 
 
