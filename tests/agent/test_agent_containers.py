@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from gpulease.agent.containers import ContainerEngine, container_running, detect_engine, run_engine
 from tests.agent.conftest import AgentProcess, task
-from tests.agent.test_agent_secrets import files_holding, sha
+from tests.agent.test_agent_secrets import ODD, files_holding, sha
 from tests.agent.test_containers import _busybox_tar
 from tests.components import require, require_root
 from tests.waiting import wait_until
@@ -211,9 +211,11 @@ def test_a_secret_reaches_the_task_inside_and_stays_out_of_the_engine(
     digest = 'printf %s "$HF_TOKEN" | busybox sha256sum'
     run = f"{digest} > seen; {READY}; while [ ! -e go ]; do sleep 0.1; done"
     sub = task("c-sec", image=BUSYBOX_IMAGE, run=run, secret_set="ss-c")
-    container_agent.api.submit(sub, {"HF_TOKEN": SecretStr(canary)})
+    container_agent.api.submit(sub, {"HF_TOKEN": SecretStr(canary), "ODD": SecretStr(ODD)})
     wait_until((work / "ready").exists, 60, "the task to start in its container")
     assert container_agent.api.exec("c-sec", digest).output.split()[0] == sha(canary)
+    odd = container_agent.api.exec("c-sec", 'printf %s "$ODD" | busybox sha256sum')
+    assert odd.output.split()[0] == sha(ODD)  # exported as it is, inside too
     # while run's exec session lives (an exec --env-file would have it in Podman's database)
     assert [files_holding(store, canary) for store in _engine_stores(engine)] == [[], []]
     (work / "go").touch()

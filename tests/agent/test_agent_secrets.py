@@ -23,6 +23,8 @@ from tests.agent.conftest import AgentProcess, task
 from tests.waiting import wait_until
 
 SHA = 'printf %s "$HF_TOKEN" | sha256sum | cut -d" " -f1'  # the job shows a hash, not the value
+ODD = "  a=b 'q' \"d\" $HOME \\n `x` \f\x85 "  # kept as it is: no quoting, expansion or splitting
+ODD_SHA = 'printf %s "$ODD" | sha256sum | cut -d" " -f1'
 WAIT_GO = "touch ready; while [ ! -e go ]; do sleep 0.05; done"  # in the work dir
 
 
@@ -90,14 +92,16 @@ def test_a_restarted_agent_resumes_the_task_with_its_secret(
     canary = secrets.token_hex(16)
     node = _debug_agent(agent_factory)
     work = node.node_dir / "work"
-    sub = task("s-resume", setup=WAIT_GO, run=f"{SHA} > seen", secret_set="ss-resume")
-    node.api.submit(sub, {"HF_TOKEN": SecretStr(canary)})
+    run = f"{SHA} > seen; {ODD_SHA} > odd"
+    sub = task("s-resume", setup=WAIT_GO, run=run, secret_set="ss-resume")
+    node.api.submit(sub, {"HF_TOKEN": SecretStr(canary), "ODD": SecretStr(ODD)})
     wait_until((work / "ready").exists, 10, "setup to start")
     node.kill()  # the agent only: setup lives on
     node.start()  # a new agent: it adopts setup, then starts run with the secret it kept
     (work / "go").touch()
     assert node.wait_state("s-resume")["state"] == "SUCCEEDED", node.all_logs("s-resume")
     assert (work / "seen").read_text().strip() == sha(canary)
+    assert (work / "odd").read_text().strip() == sha(ODD)
     assert canary not in _answers(node, "s-resume")
     node.kill()
     # what an agent killed between the task's end and the file's removal would leave

@@ -105,7 +105,7 @@ class TaskSecrets:
                         "without its secrets", task_dir.name, type(exc).__name__)  # fmt: skip
             return None
         values = {}
-        for line in text.splitlines():
+        for line in text.split("\n")[:-1]:  # not splitlines: a value may hold \f, \v, \x85…
             name, _, value = line.partition("=")
             values[name] = SecretStr(value)
         try:
