@@ -95,7 +95,7 @@ class Request:
         task, its digest and its record never hold them), and those secrets (None: none)."""
         try:
             data = json.loads(self.body or b"{}")
-        except ValueError:  # the message would quote nothing, but a position is no help
+        except ValueError:  # its message is not passed on: no part of the body is ever shown
             raise AgentError(422, "invalid_request", "body: not valid JSON") from None
         if not isinstance(data, dict):
             raise AgentError(422, "invalid_request", "body: expected a JSON object")
