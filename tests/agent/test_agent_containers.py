@@ -2,7 +2,9 @@
 the agent's ``PATH`` and configured by ``CONTAINERS_CONF`` / ``CONTAINERS_STORAGE_CONF`` in its
 environment), a preemption notice reaches the task inside as SIGTERM, ``exec`` enters the
 container, an agent restart adopts it; once the task ended nothing of it runs inside, the
-container stays for ``exec`` and goes when the node's next task comes.
+container stays for ``exec`` and goes when the node's next task comes. A task's secret reaches
+the task inside and ``exec`` there, and neither the container (``inspect``) nor the engine's
+storage holds it.
 
 The image is a static busybox imported in the test (no registry is reachable here) into this
 session's Podman (``podman_env``, tests/images.py).
@@ -11,13 +13,16 @@ session's Podman (``podman_env``, tests/images.py).
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from gpulease.agent.containers import ContainerEngine, container_running, run_engine
 from tests.agent.conftest import AgentProcess, task
+from tests.agent.test_agent_secrets import ODD, files_holding, sha
 from tests.images import BUSYBOX_IMAGE
 from tests.waiting import wait_until
 
@@ -149,3 +154,40 @@ def test_a_node_without_an_engine_fails_the_task_saying_so(
     status = agent.wait_state("c-none", timeout=30)
     assert status["state"] == "FAILED"
     assert "no container engine" in status["detail"], status
+
+
+def _engine_stores(engine: ContainerEngine) -> list[Path]:
+    """The engine's storage: its database, the images, the containers' files."""
+    argv = engine.argv("info", "--format", "{{.Store.GraphRoot}} {{.Store.RunRoot}}")
+    done = run_engine(engine, argv)
+    assert done.returncode == 0, done.stderr
+    return [Path(p) for p in done.stdout.split()]
+
+
+def test_a_secret_reaches_the_task_inside_and_stays_out_of_the_engine(
+    container_agent: AgentProcess, podman_engine: ContainerEngine
+) -> None:
+    canary = secrets.token_hex(16)
+    work = container_agent.node_dir / "work"
+    digest = 'printf %s "$HF_TOKEN" | busybox sha256sum'
+    run = f"{digest} > seen; {READY}; while [ ! -e go ]; do sleep 0.1; done"
+    sub = task("c-sec", image=BUSYBOX_IMAGE, run=run, secret_set="ss-c")
+    container_agent.api.submit(sub, {"HF_TOKEN": SecretStr(canary), "ODD": SecretStr(ODD)})
+    wait_until((work / "ready").exists, 60, "the task to start in its container")
+    assert container_agent.api.exec("c-sec", digest).output.split()[0] == sha(canary)
+    odd = container_agent.api.exec("c-sec", 'printf %s "$ODD" | busybox sha256sum')
+    assert odd.output.split()[0] == sha(ODD)  # exported as it is, inside too
+    # while run's exec session lives (an exec --env-file would have it in Podman's database)
+    assert [files_holding(store, canary) for store in _engine_stores(podman_engine)] == [[], []]
+    (work / "go").touch()
+    status = container_agent.wait_state("c-sec", timeout=60)
+    assert status["state"] == "SUCCEEDED", container_agent.all_logs("c-sec")
+    assert (work / "seen").read_text().split()[0] == sha(canary)
+    assert container_agent.api.exec("c-sec", 'echo "[$HF_TOKEN]"').output == "[]\n"  # kept: gone
+    (name,) = _task_containers(podman_engine, "c-sec")
+    inspected = run_engine(podman_engine, podman_engine.argv("inspect", name))
+    assert inspected.returncode == 0 and name in inspected.stdout
+    assert canary not in inspected.stdout
+    assert [files_holding(store, canary) for store in _engine_stores(podman_engine)] == [[], []]
+    container_agent.kill()
+    assert files_holding(container_agent.root, canary) == []

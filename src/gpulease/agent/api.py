@@ -1,7 +1,7 @@
 """The agent's wire models: request bodies of the HTTP API (``/v1``), validated with pydantic.
 
 Owns the shape of the stop, exec, shutdown and registry-login requests the server sends to a
-node. The task
+node, and of a submission's ``secrets``. The task
 submission itself is :class:`gpulease.wire.NodeTask`, the type both sides share; its checkpoint
 fields are checked for shape there, and whether ``checkpoint_store`` names a store is decided
 when the task starts (:mod:`gpulease.agent.ckpt_sync`), so a bad URL fails the task with a
@@ -37,6 +37,14 @@ class ShutdownRequest(_Body):
 
     cancel_task: bool = False
     grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
+
+
+class SubmittedSecrets(_Body):
+    """The ``secrets`` field of ``POST /v1/tasks``, beside the task's own fields: the values of
+    the task's secret set (``NodeTask.secret_set``), never part of the task itself. Names and
+    values are checked by :func:`gpulease.agent.task_secrets.check_secrets`."""
+
+    secrets: dict[str, SecretStr]
 
 
 class RegistryLogin(_Body):

@@ -11,14 +11,15 @@ Errors, classified by status code (never by message text)::
 
 (subclasses of :class:`~gpulease.jsonhttp.HttpRefused`, ``HttpUnauthorized`` and
 ``HttpUnavailable``). The token is held as a :class:`pydantic.SecretStr` and only ever put in
-the Authorization header.
+the Authorization header; a task's secret values (``submit``) and a registry password only in
+a request body.
 """
 
 from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import httpx
@@ -89,8 +90,15 @@ class AgentClient:
         path = "/v1/metrics" if since is None else f"/v1/metrics?since={since!r}"
         return self._http.json("GET", path)
 
-    def submit(self, task: NodeTask) -> dict[str, Any]:
-        return self._http.json("POST", "/v1/tasks", json=task.wire())
+    def submit(
+        self, task: NodeTask, secrets: Mapping[str, SecretStr] | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/tasks``; ``secrets``: the values of ``task.secret_set``, sent in the
+        body's ``secrets`` field beside the task (never inside it), nowhere else."""
+        body = task.wire()
+        if secrets is not None:
+            body["secrets"] = {name: value.get_secret_value() for name, value in secrets.items()}
+        return self._http.json("POST", "/v1/tasks", json=body)
 
     def set_registry_login(self, registry: str, username: str, password: SecretStr) -> None:
         """``PUT /v1/registries/<registry>``: the node pulls that registry's images with this

@@ -16,7 +16,8 @@ refused upload's body is read to its end first, so the client sees the answer.
 
 ``PUT /v1/registries/<host>`` hands the agent a registry login (:meth:`Agent.set_registry_login`):
 kept in memory only, its password never in an answer, a log line or an error message (a body
-that does not validate is refused without its values).
+that does not validate is refused without its values). The same holds for the ``secrets`` of
+``POST /v1/tasks`` (:meth:`Request.submission`, :mod:`gpulease.agent.task_secrets`).
 """
 
 from __future__ import annotations
@@ -33,10 +34,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from gpulease.agent import profiles
-from gpulease.agent.api import ExecRequest, RegistryLogin, ShutdownRequest, StopRequest
+from gpulease.agent.api import (
+    ExecRequest,
+    RegistryLogin,
+    ShutdownRequest,
+    StopRequest,
+    SubmittedSecrets,
+)
 from gpulease.agent.containers import RegistryCredentials
 from gpulease.agent.service import DEFAULT_LOG_CHUNK, Agent, AgentError
 from gpulease.agent.staging import BUNDLE_PATTERN
@@ -81,11 +88,25 @@ class Request:
         try:
             return cls.model_validate_json(self.body or b"{}")
         except ValidationError as exc:
-            problems = [
-                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
-                for e in exc.errors(include_input=False, include_url=False)
-            ]
-            raise AgentError(422, "invalid_request", "; ".join(problems)) from None
+            raise _invalid(exc) from None
+
+    def submission(self) -> tuple[NodeTask, dict[str, SecretStr] | None]:
+        """The task of a ``POST /v1/tasks`` body, validated without its ``secrets`` (so the
+        task, its digest and its record never hold them), and those secrets (None: none)."""
+        try:
+            data = json.loads(self.body or b"{}")
+        except ValueError:  # its message is not passed on: no part of the body is ever shown
+            raise AgentError(422, "invalid_request", "body: not valid JSON") from None
+        if not isinstance(data, dict):
+            raise AgentError(422, "invalid_request", "body: expected a JSON object")
+        values = data.pop("secrets", None)
+        try:
+            sub = NodeTask.model_validate(data)
+            if values is None:
+                return sub, None
+            return sub, SubmittedSecrets.model_validate({"secrets": values}).secrets
+        except ValidationError as exc:
+            raise _invalid(exc) from None
 
     def int_query(self, name: str, default: int) -> int:
         values = self.query.get(name)
@@ -95,12 +116,21 @@ class Request:
             raise AgentError(422, "invalid_request", f"{name} must be an integer") from None
 
 
+def _invalid(exc: ValidationError) -> AgentError:
+    """A 422 naming each bad field and what is wrong with it, never the value given."""
+    problems = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+        for e in exc.errors(include_input=False, include_url=False)
+    ]
+    return AgentError(422, "invalid_request", "; ".join(problems))
+
+
 def _health(req: Request) -> Response:
     return json_response(200, req.agent.health())
 
 
 def _submit(req: Request) -> Response:
-    created, status = req.agent.submit(req.model(NodeTask))
+    created, status = req.agent.submit(*req.submission())
     return json_response(201 if created else 200, status)
 
 

@@ -41,11 +41,13 @@ from typing import TYPE_CHECKING, Any
 from gpulease.agent import ckpt_sync, files, jobproc, venvs
 from gpulease.agent.containers import ContainerError
 from gpulease.agent.state import PREEMPTED_EXIT_CODE, TaskRecord, TaskState, set_state
+from gpulease.agent.task_secrets import with_secrets
 from gpulease.clock import Clock
 from gpulease.errors import UserInputError
 
 if TYPE_CHECKING:
     from gpulease.agent.task_container import TaskContainer
+    from gpulease.agent.task_secrets import TaskSecrets
 
 log = logging.getLogger("gpulease.agent")
 
@@ -106,6 +108,7 @@ class TaskRunner:
         venv: Path | None = None,
         site_dirs: list[str] | None = None,
         container: TaskContainer | None = None,
+        secrets: TaskSecrets | None = None,
     ) -> None:
         """``venv``: the task environment to make before the first phase (None: none);
         ``container``: the container the phases run in (a task with an image), else None."""
@@ -121,6 +124,7 @@ class TaskRunner:
         self._venv = venv
         self._site_dirs = site_dirs
         self.container = container
+        self.secrets = secrets  # the task's secret values (agent.task_secrets), until its end
         self._thread = threading.Thread(target=self._main, name=f"task-{record.task_id}")
         self._thread.daemon = True
 
@@ -403,15 +407,25 @@ class TaskRunner:
         sub = self.record.submission
         script = (sub.setup if phase == "setup" else sub.run) or ""
         if self.container is not None:
-            script = self.container.phase_script(script)
+            script = self.container.phase_script(script, self.secrets_input())
         return jobproc.spawn_phase(
             script,
             cwd=self.paths.work_dir,
-            env=self.env,
+            env=self.process_env(),
             log_path=self.paths.log,
             exit_path=exit_path,
             pass_fds=() if turn is None else (turn,),
         )
+
+    def process_env(self) -> dict[str, str]:
+        """The environment of a phase's (or ``exec``'s) process on the node: with the task's
+        secrets, unless they go to its container (:meth:`secrets_input`)."""
+        return with_secrets(self.env, None if self.container else self.secrets)
+
+    def secrets_input(self) -> Path | None:
+        """The secrets file a container's ``exec`` reads on its standard input (None: no
+        secrets, or no container)."""
+        return None if self.container is None or self.secrets is None else self.secrets.file()
 
     def _wait(self, proc: subprocess.Popen[bytes] | None, pgid: int, exit_path: Path) -> int | None:
         if proc is not None:
@@ -442,6 +456,8 @@ class TaskRunner:
     def _end(self, state: TaskState, detail: str) -> None:
         if self.container is not None:
             self.container.end_processes()  # before the end is reported: nothing of it runs on
+        if self.secrets is not None:
+            self.secrets.remove()  # the values leave the node with the task
         set_state(self.record, state, self._clock.now(), detail)
         self._persist(self.record)
         log.info("task %s: %s %s", self.record.task_id, state.value, detail)

@@ -9,7 +9,8 @@ Node directory (``--node-dir``), owned by this module::
                             relative to work/)
     tasks/<task_id>/        task.json (the record), task.log (setup + run output, appended),
                             preempted (the preemption file), train.json (the job's figures),
-                            <attempt>.<phase>.exit,
+                            <attempt>.<phase>.exit, secrets.env (0600: the task's secret
+                            values while it runs, see agent.task_secrets),
                             ckpt-upload/ (the checkpoint sync's scratch dir)
     venvs/                  the default venv root: task environments (see agent.venvs), unless
                             ``serve --venv-root`` names a shared one
@@ -27,8 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from gpulease import __version__
-from gpulease.agent import ckpt_sync, files, jobproc, venvs
+from gpulease.agent import ckpt_sync, files, jobproc, task_secrets, venvs
 from gpulease.agent.api import API_VERSION, ExecRequest
 from gpulease.agent.containers import (
     ContainerEngine,
@@ -40,6 +43,7 @@ from gpulease.agent.runner import TaskPaths, TaskRunner
 from gpulease.agent.staging import DEFAULT_MAX_UPLOAD_MB, Staging
 from gpulease.agent.state import TaskRecord, TaskState, load_record, save_record
 from gpulease.agent.task_container import TaskContainer, task_container
+from gpulease.agent.task_secrets import TaskSecrets
 from gpulease.agent.telemetry.peers import Peer
 from gpulease.agent.telemetry.sampler import TelemetrySampler, metrics_report
 from gpulease.atomic import write_atomic
@@ -127,8 +131,15 @@ class Agent:
 
     # ---- tasks ------------------------------------------------------------------------------
 
-    def submit(self, sub: NodeTask) -> tuple[bool, dict[str, Any]]:
-        """Accept ``sub``; (True, status) when it starts now, (False, status) for a repeat."""
+    def submit(
+        self, sub: NodeTask, secrets: Mapping[str, SecretStr] | None = None
+    ) -> tuple[bool, dict[str, Any]]:
+        """Accept ``sub`` (with its secret values, given for a task with a ``secret_set`` and
+        for no other); (True, status) when it starts now, (False, status) for a repeat."""
+        try:
+            task_secrets.check_submission(sub.secret_set, secrets)
+        except task_secrets.SecretsRefused as exc:  # it names the variable, never a value
+            raise AgentError(422, "invalid_request", str(exc)) from None
         with self._lock:
             existing = self._runners.get(sub.task_id)
             if existing is not None and _same_attempt(existing.record, sub):
@@ -139,7 +150,7 @@ class Agent:
                 files.check_sources(sub.workdir, sub.file_mounts)
             except files.FileSyncError as exc:
                 raise AgentError(422, "missing_source", str(exc)) from None
-            runner = self._new_runner(sub)
+            runner = self._new_runner(sub, secrets)
             self._runners[sub.task_id] = runner
         log.info("task %s attempt %d accepted", sub.task_id, sub.attempt)
         runner.start()
@@ -162,18 +173,20 @@ class Agent:
             if old.container is not None and not old.container.removed:
                 old.container.remove()
 
-    def _new_runner(self, sub: NodeTask) -> TaskRunner:
+    def _new_runner(self, sub: NodeTask, secrets: Mapping[str, SecretStr] | None) -> TaskRunner:
         paths = self._paths(sub)
         paths.task_dir.mkdir(parents=True, exist_ok=True)
         paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         paths.preemption_file.unlink(missing_ok=True)
+        task_secrets.remove_file(paths.task_dir)  # an earlier attempt's, if any was left
+        held = None if secrets is None else TaskSecrets.write(paths.task_dir, secrets)
         record = TaskRecord(
             submission=sub,
             submitted_at=self.clock.now(),
             checkpoint=ckpt_sync.initial_status(sub),
         )
         record.history.append((TaskState.PENDING.value, record.submitted_at))
-        runner = self._runner_for(record, paths)
+        runner = self._runner_for(record, paths, held)
         save_record(paths.record, record)
         return runner
 
@@ -229,11 +242,11 @@ class Agent:
         runner = self._runner(task_id)
         command = req.command
         if runner.container is not None and runner.container.running():
-            command = runner.container.phase_script(command)
+            command = runner.container.phase_script(command, runner.secrets_input())
         return jobproc.run_exec(
             command,
             cwd=self.work_dir,
-            env=runner.env,
+            env=runner.process_env(),
             timeout_s=req.timeout_s,
             scratch=runner.paths.task_dir,
         )
@@ -362,7 +375,9 @@ class Agent:
         home = sub.envs.get("HOME", self._base_env.get("HOME"))
         return files.resolve_remote(sub.checkpoint_dir or "checkpoints", self.work_dir, home)
 
-    def _runner_for(self, record: TaskRecord, paths: TaskPaths) -> TaskRunner:
+    def _runner_for(
+        self, record: TaskRecord, paths: TaskPaths, secrets: TaskSecrets | None = None
+    ) -> TaskRunner:
         container = self._container_for(record.submission, paths)
         venv = None
         if container is None:  # in an image, the image's own Python runs the task
@@ -387,6 +402,7 @@ class Agent:
             venv=venv,
             site_dirs=self._site_dirs,
             container=container,
+            secrets=secrets,
         )
 
     def _container_for(self, sub: NodeTask, paths: TaskPaths) -> TaskContainer | None:
@@ -418,7 +434,13 @@ class Agent:
             except (OSError, ValueError) as exc:
                 log.warning("ignoring unreadable task record %s: %s", path, exc)
                 continue
-            runner = self._runner_for(record, self._paths(record.submission))
+            paths = self._paths(record.submission)
+            secrets = None
+            if record.state.terminal:
+                task_secrets.remove_file(paths.task_dir)  # the agent died before removing it
+            elif record.submission.secret_set is not None:
+                secrets = TaskSecrets.load(paths.task_dir)
+            runner = self._runner_for(record, paths, secrets)
             self._runners[record.task_id] = runner
             if not record.state.terminal:
                 log.info("task %s: resuming in state %s", record.task_id, record.state.value)

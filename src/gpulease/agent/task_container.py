@@ -16,7 +16,10 @@ model):
 - **phases** (:meth:`TaskContainer.phase_script`): the shell line the agent's phase wrapper
   runs in place of the task's script: ``ENGINE exec -w WORK NAME sh -c …`` running the script
   with ``bash`` when the image has it, else ``sh``. The exit status, the exit file and the
-  process group on the host work as without a container.
+  process group on the host work as without a container. A task with secrets
+  (:mod:`gpulease.agent.task_secrets`) gets them at each ``exec``, on its standard input
+  (``exec --interactive … < tasks/<id>/secrets.env``), exported by the shell inside before
+  the script starts: never in the ``run``'s env file.
 - **stops** (:meth:`TaskContainer.signal_all`): a signal sent *inside* the container to every
   process but its init and keeper (``kill -s TERM -1`` from an exec'd shell): a preemption
   notice reaches the training as SIGTERM, so ``gpulease.train`` saves and exits 75 there as
@@ -69,6 +72,11 @@ CONTAINER_NOTES = "containers"  # <node dir>/containers/<name>: noted before it 
 KEEPER = ("sh", "-c", "trap '' TERM INT HUP; while :; do sleep 3600; done")
 # the phase inside: bash when the image has it (task scripts are written for bash), else sh
 _PHASE_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; exec sh -c "$1"'
+# the task's secrets, one KEY=VALUE line each on standard input: exported as they are (no
+# quoting, no expansion), then standard input is /dev/null for the task, as on the node
+_READ_SECRETS = (
+    'while IFS= read -r kv; do case $kv in *=*) export "$kv";; esac; done; exec </dev/null; '
+)
 _NVIDIA_DEVICE = Path("/dev/nvidiactl")
 # kill every process of the container but its init (1), the keeper (init's child) and this shell
 _END_PROCESSES = (
@@ -187,16 +195,21 @@ class TaskContainer:
 
     # ---- phases and exec ------------------------------------------------------------------------
 
-    def phase_script(self, script: str) -> str:
-        """The host shell line that runs ``script`` inside the container."""
-        return shlex.join(self.exec_argv(script))
+    def phase_script(self, script: str, secrets: Path | None = None) -> str:
+        """The host shell line that runs ``script`` inside the container; ``secrets``: the
+        task's secrets file (``KEY=VALUE`` lines), fed to the ``exec`` on its standard input."""
+        line = shlex.join(self.exec_argv(script, secrets=secrets is not None))
+        return line if secrets is None else f"{line} < {shlex.quote(str(secrets))}"
 
-    def exec_argv(self, script: str) -> list[str]:
+    def exec_argv(self, script: str, *, secrets: bool = False) -> list[str]:
         """``exec`` of ``script`` in the work directory (the container's environment is the
-        task's)."""
+        task's); ``secrets``: the shell inside first exports the ``KEY=VALUE`` lines of its
+        standard input (the task's secrets: never in the container's configuration or the
+        engine's database, as ``exec --env-file`` would leave them)."""
+        shell = _READ_SECRETS + _PHASE_SHELL if secrets else _PHASE_SHELL
         return self._engine().argv(
-            "exec", "-w", str(self.mounts.work_dir), self.name,
-            "sh", "-c", _PHASE_SHELL, "gpulease-phase", script,
+            "exec", *(["--interactive"] if secrets else []), "-w", str(self.mounts.work_dir),
+            self.name, "sh", "-c", shell, "gpulease-phase", script,
         )  # fmt: skip
 
     # ---- stops and the end ----------------------------------------------------------------------

@@ -11,15 +11,17 @@ whose image comes from a configured registry (``NodeTask.image_registry``) gets 
 login sent to the node's agent first (``PUT /v1/registries/<host>``,
 :class:`~gpulease.server.registry_logins.RegistryLogins`): every submission — a launch, a
 managed job's recovery, a service replica — goes through :meth:`HttpAgent.submit`, so each
-one sends it, over the same channel as the task (the SSH tunnel on cloud nodes). Moves no
-states.
+one sends it, over the same channel as the task (the SSH tunnel on cloud nodes). A task with
+secrets (``NodeTask.secret_set``) gets the values of its set — loaded from the lookup it is
+given (the vault), as :class:`pydantic.SecretStr` — in the same submission's body, beside the
+task; a set that cannot be loaded is :class:`SecretSetMissing` (permanent). Moves no states.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import SecretStr
@@ -27,6 +29,7 @@ from pydantic import SecretStr
 from gpulease import filesync
 from gpulease.agent.client import AgentClient, AgentRequestError, AgentUnavailable
 from gpulease.controller import AgentReport, Liveness, NodeRef
+from gpulease.errors import GpuleaseError, Permanent, Retryable
 from gpulease.providers.base import Provider, SupportsNodeToken
 from gpulease.server.ckpt_syncs import CheckpointSyncs
 from gpulease.server.keys import derived_node_token
@@ -38,10 +41,19 @@ from gpulease.wire import ExecResult, LogChunk, NodeTask, TaskState
 log = logging.getLogger("gpulease.server")
 
 
+SecretLookup = Callable[[str], Mapping[str, SecretStr]]  # a secret set's id -> its values
+
+
+class SecretSetMissing(Permanent):
+    """A task's secret set cannot be loaded (no store, an unknown id, a key that does not open
+    it): the message names the set, never a value."""
+
+
 class HttpAgent:
     """``uploader``: set when the node does not share this machine's files; ``syncs``: where
     the polls record the task's last checkpoint sync (``/metrics``); ``logins``: the configured
-    registry logins a task's image is pulled with."""
+    registry logins a task's image is pulled with; ``secrets``: where a task's secret set is
+    loaded from (the vault's ``load``)."""
 
     def __init__(
         self,
@@ -49,11 +61,13 @@ class HttpAgent:
         uploader: Uploader | None = None,
         syncs: CheckpointSyncs | None = None,
         logins: RegistryLogins | None = None,
+        secrets: SecretLookup | None = None,
     ) -> None:
         self.client = client
         self.uploader = uploader
         self.syncs = syncs
         self.logins = logins
+        self.secrets = secrets
 
     def poll(self, task_id: str) -> AgentReport:
         try:
@@ -95,14 +109,32 @@ class HttpAgent:
 
     def submit(self, task: NodeTask) -> None:
         """Send the image's registry login (when one is configured), the task's files (when
-        the node does not share them), then the task."""
+        the node does not share them), then the task with the values of its secret set (loaded
+        first: a set that cannot be loaded sends nothing)."""
+        values = self._secret_values(task)
         if self.logins is not None and task.image is not None:
             login = self.logins.credential(task.image_registry)
             if login is not None:
                 self.client.set_registry_login(login.registry, login.username, login.password)
         if self.uploader is not None:
             task, _reports = self.uploader.deliver(self.client, task)
-        self.client.submit(task)
+        self.client.submit(task, values)
+
+    def _secret_values(self, task: NodeTask) -> Mapping[str, SecretStr] | None:
+        set_id = task.secret_set
+        if set_id is None:
+            return None
+        if self.secrets is None:
+            raise SecretSetMissing(f"task {task.task_id}: its secret set {set_id} cannot be "
+                                   "loaded: this server has no secret store")  # fmt: skip
+        try:
+            return dict(self.secrets(set_id))
+        except Retryable:
+            raise
+        except Exception as exc:  # our own errors say why; any other: its type only
+            why = str(exc) if isinstance(exc, GpuleaseError) else type(exc).__name__
+            raise SecretSetMissing(f"task {task.task_id}: its secret set {set_id} cannot be "
+                                   f"loaded: {why}") from None  # fmt: skip
 
     def cancel(self, task_id: str) -> None:
         self.client.cancel(task_id)
@@ -144,10 +176,14 @@ class HttpAgents:
         file_limit: int = int(filesync.DEFAULT_MAX_MB * 1_000_000),
         syncs: CheckpointSyncs | None = None,
         logins: RegistryLogins | None = None,
+        secrets: SecretLookup | None = None,
     ) -> None:
+        """``secrets``: where a task's secret set is loaded from (None: no store; a task
+        with ``secret_set`` then fails to submit, :class:`SecretSetMissing`)."""
         self.providers = providers
         self.syncs = syncs or CheckpointSyncs()
         self.logins = logins or RegistryLogins()
+        self.secrets = secrets
         self._key = key
         self._timeout = timeout
         self.uploader = Uploader(file_limit)
@@ -180,7 +216,9 @@ class HttpAgents:
                 provider = self.providers.get(node.provider)
                 shares = provider is not None and provider.shares_files
                 uploader = None if shares else self.uploader
-                found = self._clients[key] = HttpAgent(client, uploader, self.syncs, self.logins)
+                found = self._clients[key] = HttpAgent(
+                    client, uploader, self.syncs, self.logins, self.secrets
+                )
             return found
 
     def forget(self, node: NodeRef) -> None:
