@@ -5,6 +5,8 @@ migrations ship inside the package (no alembic.ini, any working directory)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -113,11 +115,16 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0012_bench_runs.py",
         "0013_secret_sets.py",
     ]
-    setuptools = pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
+    pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
     src = Path(gpulease.state.__file__).resolve().parents[2]
-    for finder in (setuptools.find_packages, setuptools.find_namespace_packages):
-        packages = set(finder(str(src)))
-        assert {"gpulease.state.migrations", "gpulease.state.migrations.versions"} <= packages
+    # in a process of its own: setuptools asserts when distutils was imported before it, which
+    # an earlier test of the same worker may have done
+    probe = ("import json, sys, setuptools as s; print(json.dumps([sorted(f(sys.argv[1])) "
+             "for f in (s.find_packages, s.find_namespace_packages)]))")  # fmt: skip
+    found = subprocess.run([sys.executable, "-c", probe, str(src)], capture_output=True,
+                           text=True, check=True, timeout=60).stdout  # fmt: skip
+    for packages in json.loads(found):
+        assert {"gpulease.state.migrations", "gpulease.state.migrations.versions"} <= set(packages)
 
 
 def test_0003_moves_workdir_into_a_typed_run_spec(empty_engine: Engine) -> None:
