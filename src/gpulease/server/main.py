@@ -72,6 +72,7 @@ from gpulease.server.sla import sla_view
 from gpulease.server.telemetry import LatestSamples, TelemetryReader, telemetry_settings
 from gpulease.server.telemetry.prom import RelayedMetrics
 from gpulease.server.telemetry.relay import HttpMetrics, Relay, RelayThread
+from gpulease.server.vault import KmsUnavailable, open_vault
 from gpulease.server.webui import Logins
 from gpulease.state import open_database, server_owner_id, session_scope
 from gpulease.storage.pricing import storage_pricing
@@ -171,8 +172,9 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
     file_limit = max_bytes(cfg)
     syncs = CheckpointSyncs()
     registry_logins = RegistryLogins(config.registry_entries(cfg))  # passwords: this env
+    vault = open_vault(home, engine, cfg)  # tasks' secrets, sealed in the state DB
     agents = HttpAgents(providers, server_key(home), file_limit=file_limit, syncs=syncs,
-                        logins=registry_logins)  # fmt: skip
+                        logins=registry_logins, secrets=vault.load)  # fmt: skip
     job_loop = JobReconciler(engine, providers, agents, clock=clock, owner=owner)
     budgets = budget_loop(engine, cfg, providers, clock=clock, stop_job=job_loop.stop_for_budget)
     storage = StorageAccrual(engine, storage_pricing(cfg), clock)  # cost: storage rows
@@ -186,6 +188,7 @@ def _assemble(home: Path, host: str = "127.0.0.1") -> _Parts:
                              owner=owner, wake=loop.wake, file_limit=file_limit)  # fmt: skip
     service.budgets = budgets
     service.registry_logins = registry_logins
+    service.vault = vault
     jobs = JobService(engine, service, job_loop, wake=loop.wake)
     pools = PoolService(engine, service, wake=loop.wake)
     parts = _Parts(engine, agents, loop, app=FastAPI(), storage=storage, endpoints=endpoints,
@@ -310,3 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as exc:  # a bad config file: one line naming the key, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return BAD_INPUT
+    except KmsUnavailable as exc:  # the vault's keyring cannot be unsealed: nothing can start
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

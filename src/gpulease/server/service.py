@@ -34,6 +34,7 @@ from gpulease.server.planning import launch_targets_and_estimate
 from gpulease.server.registry_logins import RegistryLogins
 from gpulease.server.tasks import take_task
 from gpulease.server.uploads import check_sources
+from gpulease.server.vault import Vault
 from gpulease.server.views import cluster_view
 from gpulease.state import (
     Cluster,
@@ -118,6 +119,7 @@ class ClusterService:
         self._catalog: Any = None
         self.budgets: BudgetLoop | None = None  # ``budgets:`` (block refuses launches)
         self.registry_logins = RegistryLogins()  # ``containers.registries`` (checked at launch)
+        self.vault: Vault | None = None  # where a task's ``secrets:`` are sealed (server.main)
 
     # ---- launch and read --------------------------------------------------------------------
 
