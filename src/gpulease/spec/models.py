@@ -23,6 +23,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import (
     BeforeValidator,
+    ConfigDict,
     Field,
     PlainSerializer,
     ValidationInfo,
@@ -294,6 +295,9 @@ def _recovery(value: object) -> object:
 
 class Task(_Model):
     """A task: what to run, on what, by when and for how much."""
+
+    # a ValidationError's text never shows an input: the task's may hold its secrets' values
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     name: str | None = None
     """A name for display."""
