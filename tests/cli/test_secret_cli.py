@@ -79,9 +79,10 @@ def test_a_launch_with_secrets_shows_their_names_and_no_value_anywhere(
     token, key = _canary(), _canary()
     monkeypatch.setenv("HF_TOKEN", token)
     path = tmp_path / "sec.yaml"
-    path.write_text(TASK.format(name="sec", extra="envs:\n  MODEL: llama\n"))
+    path.write_text(TASK.format(name="sec", extra="envs:\n  DB_PASSWORD: x\n"))
     launched = _ok(user("launch", str(path), "-d", "--secret", f"WANDB_API_KEY={key}"))
     assert "launching sec" in launched.stderr
+    assert launched.stderr.count("envs.DB_PASSWORD: looks like a secret") == 1  # said once
     view = _ok(user("status", "sec", "--json"))
     assert '"secrets": [\n        "HF_TOKEN",\n        "WANDB_API_KEY"\n      ]' in view.stdout
     _ok(user("down", "sec"))

@@ -111,6 +111,12 @@ def test_every_node_variable_is_refused_as_a_secret_name() -> None:
             parse_task(f"secrets:\n  {name}: x\n")
 
 
+def test_the_node_variables_are_the_ones_the_agent_sets() -> None:
+    from gpulease.agent import env
+
+    assert set(env.NODE_VARIABLES) == set(NODE_VARIABLES)  # one list, once agent/env imports it
+
+
 @pytest.mark.parametrize(
     ("name", "secret"),
     [
