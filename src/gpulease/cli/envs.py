@@ -26,10 +26,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import SecretStr
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
 
 from gpulease.errors import UserInputError
 
@@ -71,9 +73,13 @@ def secret_overrides(
 ) -> dict[str, SecretStr]:
     """The secrets ``--secret`` gives (a later one wins); ``environ`` (default: this process's
     environment) answers ``--secret NAME``."""
+    if not pairs:
+        return {}
+    from pydantic import SecretStr  # lazy: the CLI starts without pydantic
+
     environ = os.environ if environ is None else environ
     found: dict[str, SecretStr] = {}
-    for item in pairs or ():
+    for item in pairs:
         name, has_value, value = item.partition("=")
         if not _NAME.match(name):  # not echoed: it may be a value given without its name
             raise UserInputError(

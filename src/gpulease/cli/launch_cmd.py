@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import SecretStr
 
 from gpulease.cli.envs import (
     EnvFileOption,
@@ -24,6 +23,8 @@ from gpulease.cli.envs import (
 from gpulease.cli.follow import client, follow, say
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
     from gpulease.spec import Task
 
 

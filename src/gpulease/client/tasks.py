@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import SecretStr
-
 from gpulease.errors import UserInputError
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
     from gpulease.jsonhttp import JsonHttp
     from gpulease.spec import Task
 
