@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpulease.errors import UserInputError
+
 if TYPE_CHECKING:
     from pydantic import SecretStr
-
-from gpulease.errors import UserInputError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

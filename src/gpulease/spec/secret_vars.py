@@ -24,7 +24,7 @@ kind of a bad value (text, a list). Moves no states; never mutates its input.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, SecretStr, WithJsonSchema
@@ -63,14 +63,14 @@ def looks_secret(name: object) -> bool:
     return isinstance(name, str) and _SECRET_LOOKING.search(name) is not None
 
 
-def secret_name_problem(name: object, env_names: object = ()) -> str | None:
+def secret_name_problem(name: object, env_names: Container[object] = ()) -> str | None:
     """What is wrong with a secret called ``name`` in a task whose ``envs`` are named
-    ``env_names`` (a mapping's keys or any collection), or None when nothing is."""
+    ``env_names`` (a mapping of them, or any collection), or None when nothing is."""
     if not isinstance(name, str) or not ENV_NAME.match(name):
         return f"{name!r} is not a valid environment variable name"
     if name in NODE_VARIABLES or name.upper().startswith(_RESERVED_PREFIX):
         return f"{name} is set by gpulease on every node (GPULEASE_*, MASTER_ADDR, NODE_RANK, …)"
-    if isinstance(env_names, Mapping | list | tuple | set | frozenset) and name in env_names:
+    if name in env_names:
         return f"{name} is also in envs; give it in one of them (a secret: under secrets)"
     return None
 
