@@ -90,3 +90,24 @@ def test_a_launch_with_secrets_shows_their_names_and_no_value_anywhere(
     assert token not in shown and key not in shown
     user("server", "stop")
     assert not _files_holding(user.home, token) and not _files_holding(user.home, key)
+
+
+def test_jobs_show_serve_status_and_pool_status_name_the_secrets() -> None:
+    from gpulease.cli import jobs_cmd, pool_cmd, serve_cmd
+
+    names = {"secrets": ["HF_TOKEN", "WANDB_API_KEY"]}
+    job = {"id": 1, "name": "j", "status": "running", "reason": "", "attempt": 1,
+           "recoveries": 0, "restarts": 0, "attempts": [], "events": [],
+           "cost": {"spent_usd": 0.0, "run_hours": 0.0, "saving_pct": None}}  # fmt: skip
+    service = {"name": "s", "status": "ready", "version": 1, "reason": "", "endpoint": "e",
+               "replicas": [], "desired_replicas": 1, "min_replicas": 1, "max_replicas": 1,
+               "decisions": [], "load": {"qps": 0.0, "in_flight": 0, "load": None},
+               "cost": {"per_hour_usd": 0.0, "spent_usd": 0.0,
+                        "per_1k_requests_usd": None}}  # fmt: skip
+    pool = {"name": "p", "status": "ready", "reason": "", "nodes": [], "desired_nodes": 0,
+            "min_nodes": 0, "max_nodes": 1, "idle_timeout_s": 60.0, "price_per_hour": 0.0,
+            "waiting_jobs": [], "decisions": []}  # fmt: skip
+    for text in (jobs_cmd.report({**job, **names}), serve_cmd.report({**service, **names}),
+                 pool_cmd.report({**pool, **names})):  # fmt: skip
+        assert "  secrets: HF_TOKEN, WANDB_API_KEY" in text.splitlines()
+    assert "secrets" not in jobs_cmd.report({**job, "secrets": []})

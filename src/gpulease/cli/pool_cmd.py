@@ -104,6 +104,8 @@ def report(view: dict[str, Any]) -> str:
         f"${view['price_per_hour']:.2f}/h",
         f"  jobs waiting: {', '.join(map(str, view['waiting_jobs'])) or 'none'}",
     ]
+    if view.get("secrets"):  # names only, never a value
+        lines.append(f"  secrets: {', '.join(view['secrets'])}")
     for node in view["nodes"]:
         job = f" job {node['job_id']}" if node["job_id"] is not None else ""
         lines.append(f"  - {node['name']}: {node['state']} ({node['status']}{job}) "
