@@ -15,6 +15,8 @@ and what user code and the agent agree on:
   agent's transition table is :data:`gpulease.agent.state.TRANSITIONS`);
 - :data:`PREEMPTED_EXIT_CODE` (75) — "preempted, checkpoint taken, resume me";
 - :data:`SERVICE_VARIABLE` — the variable naming the service a replica's task belongs to;
+- :data:`NODE_VARIABLES` — the variables the agent sets on every node, which a task's ``envs``
+  cannot override and its ``secrets`` may not be named (the agent's ``env`` module sets them);
 - :class:`LogChunk` and :class:`ExecResult` — a piece of a task's output, a command's result.
 
 Pure data; moves no states. The path from a task file to a node process is described in
@@ -34,6 +36,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PREEMPTED_EXIT_CODE = 75  # "preempted, checkpoint taken, resume me" (gpulease.train exits so)
 SERVICE_VARIABLE = "GPULEASE_SERVICE"  # set in a service replica's envs (its service's name)
+NODE_VARIABLES = (
+    "GPULEASE_NODE_RANK",
+    "GPULEASE_NUM_NODES",
+    "GPULEASE_NODE_IPS",
+    "GPULEASE_GPUS_PER_NODE",
+    "GPULEASE_TASK_ID",
+    "GPULEASE_CHECKPOINT_DIR",
+    "GPULEASE_PREEMPTION_FILE",
+    "GPULEASE_TRAIN_STATS_FILE",
+    "GPULEASE_ACCELERATOR",
+    "GPULEASE_WORK_DIR",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "NNODES",
+)
 NO_RUN = ":"  # the run script of a task without ``run`` (the cluster only provisions)
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_SYNC_S = 7 * 24 * 3600.0  # a week; anything longer is a typo

@@ -172,12 +172,13 @@ def test_plan_warns_about_an_env_without_a_value_and_takes_env_options(
     task.write_text("resources:\n  accelerators: T4:1\nenvs:\n  HF_TOKEN:\nrun: echo\n")
     out = cli("plan", str(task), "--json", check=True)
     (warning,) = json.loads(out.stdout)["warnings"]
-    assert warning.endswith(
+    assert (
         "gated.yaml:4: envs.HF_TOKEN: has no value and is left out (pass --env HF_TOKEN=… "
-        "or set HF_TOKEN in the environment)"
-    )
+        "or set HF_TOKEN in the environment); it looks like a secret: give it under secrets:"
+    ) in warning
     given = cli("plan", str(task), "--json", "--env", "HF_TOKEN=x", check=True)
-    assert json.loads(given.stdout)["warnings"] == []
+    (warning,) = json.loads(given.stdout)["warnings"]  # only the pointer to secrets: (issue 20)
+    assert "envs.HF_TOKEN: looks like a secret" in warning
 
 
 def test_plan_says_once_that_a_disk_tier_is_ignored_off_aws_and_filters_network_tier(

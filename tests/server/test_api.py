@@ -73,7 +73,8 @@ def test_launch_writes_a_pending_cluster_with_its_ranked_plans(
         doc = LaunchDocument.from_json(row.task)
     assert doc.spec["run"] == "python x.py" and doc.plans[0].provider == "local"
     assert doc.run.run == "python x.py" and doc.run.envs == {"SECRET": "hunter2"}
-    assert view["warnings"] == []
+    assert [w.split(":")[0] for w in view["warnings"]] == ["envs.SECRET"]  # → secrets:
+    assert "hunter2" not in str(view)
 
 
 def test_launch_answers_with_the_warnings_of_its_one_parse(http: TestClient) -> None:

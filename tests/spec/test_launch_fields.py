@@ -41,11 +41,12 @@ def _parse(text: str, **kw: Any) -> tuple[Task, list[str]]:
 def test_envs_without_a_value_are_left_out_with_a_warning_that_says_how_to_give_them() -> None:
     task, warnings = _parse(TOKENS)
     assert task.envs == {"MODEL": "llama"}
-    assert warnings == [
+    secret = "; it looks like a secret: give it under secrets: instead"  # issue 20
+    assert [w.split(", so that")[0] for w in warnings] == [
         "sky.yaml:4: envs.HF_TOKEN: has no value and is left out "
-        "(pass --env HF_TOKEN=… or set HF_TOKEN in the environment)",
+        "(pass --env HF_TOKEN=… or set HF_TOKEN in the environment)" + secret,
         "sky.yaml:5: envs.WANDB_API_KEY: has no value and is left out "
-        "(pass --env WANDB_API_KEY=… or set WANDB_API_KEY in the environment)",
+        "(pass --env WANDB_API_KEY=… or set WANDB_API_KEY in the environment)" + secret,
     ]
 
 
@@ -54,7 +55,8 @@ def test_envs_without_a_value_come_from_the_callers_environment() -> None:
     task, warnings = _parse(TOKENS, environ=environ, require_envs=True)
     # the file's own value wins over the environment; only value-less entries are looked up
     assert task.envs == {"MODEL": "llama", "HF_TOKEN": SECRET, "WANDB_API_KEY": "w"}
-    assert warnings == []
+    assert [w.split(": envs.")[1].split(":")[0] for w in warnings] == ["HF_TOKEN", "WANDB_API_KEY"]
+    assert all("looks like a secret" in w and SECRET not in w for w in warnings)
 
 
 def test_overrides_win_over_the_file_and_the_environment_and_may_add_names() -> None:
@@ -102,7 +104,9 @@ def test_load_task_and_task_from_dict_take_the_same_keywords(tmp_path: Any) -> N
     assert task.envs["HF_TOKEN"] == "a"
     data = {"run": "echo", "envs": {"HF_TOKEN": None}}
     task, warnings = task_from_dict_with_warnings(data, environ={"HF_TOKEN": "c"})
-    assert task.envs == {"HF_TOKEN": "c"} and warnings == []
+    assert task.envs == {"HF_TOKEN": "c"} and [w.split(":")[0] for w in warnings] == [
+        "envs.HF_TOKEN"
+    ]
     assert data == {"run": "echo", "envs": {"HF_TOKEN": None}}  # the input is not changed
     with pytest.raises(SpecError, match=r"^envs\.HF_TOKEN: has no value"):
         task_from_dict_with_warnings(data, require_envs=True)

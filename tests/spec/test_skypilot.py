@@ -111,8 +111,9 @@ def test_service_on_kubernetes() -> None:
     assert task.service.readiness_probe.path == "/v1/models"
     assert (task.service.replicas.min, task.service.replicas.max) == (2, 2)
     joined = "\n".join(messages)
-    for field in ("secrets", "config"):
-        assert f"{field}: ignored" in joined
+    assert "config: ignored" in joined
+    assert ": secrets" not in joined  # read (issue 20): HF_TOKEN is given at launch
+    assert task.secrets == {"HF_TOKEN": None}
     assert ": service" not in joined and "resources.ports" not in joined
     assert "kubernetes context 'my-context' is ignored" in joined
 
@@ -166,7 +167,7 @@ def test_resource_fields_gpulease_cannot_honour_are_named_in_a_warning(
     assert f"resources.{field}" in messages[0]
 
 
-@pytest.mark.parametrize("field", ["secrets", "config", "volumes", "event_callback", "inputs"])
+@pytest.mark.parametrize("field", ["config", "volumes", "event_callback", "inputs"])
 def test_top_level_fields_gpulease_cannot_honour_are_named_in_a_warning(field: str) -> None:
     _, messages = _parse(f"{field}: {{}}\nrun: echo hi\n")
     assert any(f"sky.yaml:1: {field}: ignored" in message for message in messages)

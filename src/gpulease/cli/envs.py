@@ -1,5 +1,6 @@
-"""``--env`` and ``--env-file`` of ``launch``, ``jobs launch`` and ``plan``: values for the
-task's ``envs`` given at launch, as SkyPilot's options give them.
+"""``--env`` and ``--env-file`` of ``launch``, ``jobs launch`` and ``plan``, and ``--secret`` of
+the launching commands (``launch``, ``jobs launch``, ``serve up|update``, ``pool up``): values for
+the task's ``envs`` and ``secrets`` given at launch, as SkyPilot's options give them.
 
 - ``--env NAME=VALUE`` sets ``NAME`` (over the file's value, as SkyPilot does); ``--env NAME``
   takes ``NAME`` from the environment of the ``gpulease`` command (unset there: exit 2);
@@ -8,9 +9,15 @@ task's ``envs`` given at launch, as SkyPilot's options give them.
   python-dotenv reads them; a line ``NAME`` alone takes ``NAME`` from the environment); ``--env``
   wins over it.
 
-An env the file lists without a value (``HF_TOKEN:``) and no option gives is looked up in the
-environment by the spec (:mod:`gpulease.spec.env_values`). The values are often secrets: no
-message here contains one, only names. Moves no states.
+- ``--secret NAME=VALUE`` sets the secret ``NAME`` (over the file's value; a name the file's
+  ``secrets:`` does not list is added, as SkyPilot does); ``--secret NAME`` takes it from the
+  environment of the ``gpulease`` command (unset there: exit 2); repeatable. The values stay
+  :class:`~pydantic.SecretStr` from here to the request's own ``secrets`` field.
+
+An env or secret the file lists without a value (``HF_TOKEN:``) and no option gives is looked up
+in the environment by the spec (:mod:`gpulease.spec.env_values`,
+:mod:`gpulease.spec.secret_vars`). The values are often secrets: no message here contains one,
+only names. Moves no states.
 """
 
 from __future__ import annotations
@@ -19,11 +26,14 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpulease.errors import UserInputError
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -44,6 +54,40 @@ EnvFileOption = Annotated[
         help="A dotenv file of NAME=VALUE lines for the task's envs (--env wins over it).",
     ),
 ]
+
+
+SecretOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        metavar="NAME[=VALUE]",
+        help="Set the task's secret NAME (repeatable; over the file's value; a name its secrets: "
+        "do not list is added); NAME alone takes it from this environment (preferred: a value "
+        "on the command line shows in the process list and shell history).",
+    ),
+]
+
+
+def secret_overrides(
+    pairs: list[str] | None, environ: Mapping[str, str] | None = None
+) -> dict[str, SecretStr]:
+    """The secrets ``--secret`` gives (a later one wins); ``environ`` (default: this process's
+    environment) answers ``--secret NAME``."""
+    if not pairs:
+        return {}
+    from pydantic import SecretStr  # lazy: the CLI starts without pydantic
+
+    environ = os.environ if environ is None else environ
+    found: dict[str, SecretStr] = {}
+    for item in pairs:
+        name, has_value, value = item.partition("=")
+        if not _NAME.match(name):  # not echoed: it may be a value given without its name
+            raise UserInputError(
+                "--secret: expected NAME=VALUE or NAME (an environment variable name: letters, "
+                "digits and _, not starting with a digit)"
+            )
+        found[name] = SecretStr(value if has_value else _from_environ(name, environ, "--secret"))
+    return found
 
 
 def env_overrides(

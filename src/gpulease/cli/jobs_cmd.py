@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
+from gpulease.cli.envs import (
+    EnvFileOption,
+    EnvOption,
+    SecretOption,
+    env_overrides,
+    secret_overrides,
+)
 from gpulease.cli.follow import client, say, task_failure_text
 from gpulease.cli.launch_cmd import load_for_launch, say_new_warnings
 from gpulease.cli.output import console, print_json
@@ -43,10 +49,12 @@ def launch(
     ] = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
+    secret: SecretOption = None,
 ) -> None:
     """Launch a managed job: spot when cheap, on-demand when the deadline needs it, recovered
     from its last checkpoint after every preemption."""
-    task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
+    envs, secrets = env_overrides(env, env_file), secret_overrides(secret)
+    task, said = load_for_launch(task_file, provider, envs, secrets)
     with client() as api:
         view = api.job_launch(task, name=name, over_budget=over_budget)
         if not as_json:
@@ -197,6 +205,8 @@ def report(view: dict[str, Any], *, brief: bool = False) -> str:
         )
     if brief:
         return "\n".join(lines)
+    if view.get("secrets"):
+        lines.append(f"  secrets: {', '.join(view['secrets'])}")
     lines.append("  attempts:")
     for a in view["attempts"]:
         failure = f" ({a['failure']})" if a["failure"] else ""

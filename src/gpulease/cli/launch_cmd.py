@@ -1,7 +1,8 @@
 """``gpulease launch TASK.yaml``: plan, provision, set up and run a task through the server,
 showing progress and the run's output live; exits with the task's exit status. ``--env`` /
-``--env-file`` give the task's envs (:mod:`gpulease.cli.envs`); an env the file lists without a
-value must get one, here or from the environment, or nothing is launched (exit 2)."""
+``--env-file`` give the task's envs and ``--secret`` its secrets (:mod:`gpulease.cli.envs`); an
+env or secret the file lists without a value must get one, here or from the environment, or
+nothing is launched (exit 2)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
+from gpulease.cli.envs import (
+    EnvFileOption,
+    EnvOption,
+    SecretOption,
+    env_overrides,
+    secret_overrides,
+)
 from gpulease.cli.follow import client, follow, say
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
     from gpulease.spec import Task
 
 
@@ -59,9 +68,11 @@ def launch(
     ] = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
+    secret: SecretOption = None,
 ) -> None:
     """Launch a task: rent the best launchable plan, set it up and run it."""
-    task, said = load_for_launch(task_file, provider, env_overrides(env, env_file))
+    envs, secrets = env_overrides(env, env_file), secret_overrides(secret)
+    task, said = load_for_launch(task_file, provider, envs, secrets)
     for note in not_for_launch(task):
         say(f"warning: {note}")
     api = client()
@@ -96,16 +107,19 @@ def not_for_launch(task: Task) -> list[str]:
 
 
 def load_for_launch(
-    task_file: Path, providers: list[str] | None, envs: Mapping[str, str] | None = None
+    task_file: Path,
+    providers: list[str] | None,
+    envs: Mapping[str, str] | None = None,
+    secrets: Mapping[str, SecretStr] | None = None,
 ) -> tuple[Task, list[str]]:
     """The task file, parsed here (errors name the field and the line), with ``envs`` (``--env``)
-    over its own and its value-less envs from this environment (still missing: exit 2), its
-    warnings said, and limited to ``--provider`` when given; returns the task and the warnings
-    said."""
+    and ``secrets`` (``--secret``) over its own and its value-less envs and secrets from this
+    environment (still missing: exit 2, naming them), its warnings said, and limited to
+    ``--provider`` when given; returns the task and the warnings said."""
     from gpulease.spec import load_task_with_warnings, with_providers
 
     task, warnings = load_task_with_warnings(
-        task_file, envs=envs, environ=os.environ, require_envs=True
+        task_file, envs=envs, secrets=secrets, environ=os.environ, require_envs=True
     )
     for warning in warnings:
         say(f"warning: {warning}")
@@ -113,9 +127,10 @@ def load_for_launch(
 
 
 def say_new_warnings(view: dict[str, Any], said: list[str]) -> None:
-    """The server's warnings that were not said already."""
+    """The server's warnings that were not said already (the server reads the task without its
+    file, so its warning ``envs.X: …`` was said here as ``task.yaml:3: envs.X: …``)."""
     for warning in view.get("warnings", []):
-        if warning not in said:
+        if not any(seen == warning or seen.endswith(f": {warning}") for seen in said):
             say(f"warning: {warning}")
 
 

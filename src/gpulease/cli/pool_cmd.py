@@ -9,7 +9,13 @@ from typing import Annotated, Any
 
 import typer
 
-from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
+from gpulease.cli.envs import (
+    EnvFileOption,
+    EnvOption,
+    SecretOption,
+    env_overrides,
+    secret_overrides,
+)
 from gpulease.cli.follow import client, say
 from gpulease.cli.launch_cmd import load_for_launch, say_new_warnings
 from gpulease.cli.output import console, print_json
@@ -30,10 +36,12 @@ def up(
     as_json: Json = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
+    secret: SecretOption = None,
 ) -> None:
     """Start a pool: min..max nodes of the file's resources, each set up once (its setup), grown
     while managed jobs wait for it and shrunk when nodes stay idle."""
-    task, said = load_for_launch(pool_file, provider, env_overrides(env, env_file))
+    envs, secrets = env_overrides(env, env_file), secret_overrides(secret)
+    task, said = load_for_launch(pool_file, provider, envs, secrets)
     with client() as api:
         view = api.pool_up(task, name=name)
     if as_json:
@@ -96,6 +104,8 @@ def report(view: dict[str, Any]) -> str:
         f"${view['price_per_hour']:.2f}/h",
         f"  jobs waiting: {', '.join(map(str, view['waiting_jobs'])) or 'none'}",
     ]
+    if view.get("secrets"):  # names only, never a value
+        lines.append(f"  secrets: {', '.join(view['secrets'])}")
     for node in view["nodes"]:
         job = f" job {node['job_id']}" if node["job_id"] is not None else ""
         lines.append(f"  - {node['name']}: {node['state']} ({node['status']}{job}) "

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpulease.cli.envs import EnvFileOption, EnvOption, env_overrides
+from gpulease.cli.envs import (
+    EnvFileOption,
+    EnvOption,
+    SecretOption,
+    env_overrides,
+    secret_overrides,
+)
 from gpulease.cli.follow import client, say
 from gpulease.cli.launch_cmd import load_for_launch, say_new_warnings
 from gpulease.cli.output import console, print_json
@@ -32,14 +38,20 @@ Providers = Annotated[
 ]
 
 
-def _load(task_file: Path, provider: list[str] | None, envs: dict[str, str] | None) -> Task:
-    task, _said = load_for_launch(task_file, provider, envs)
+def _load(
+    task_file: Path, provider: list[str] | None, envs: list[str] | None,
+    env_file: Path | None, secrets: list[str] | None,
+) -> tuple[Task, list[str]]:  # fmt: skip
+    """The task with ``--env``, ``--env-file`` and ``--secret``, and the warnings said."""
+    task, said = load_for_launch(
+        task_file, provider, env_overrides(envs, env_file), secret_overrides(secrets)
+    )
     if task.service is None:
         raise UserInputError(
             f"service: {task_file} has no service: section (a service needs at least "
             "service: {port: ..., readiness_probe: ...}; see docs/serving.md)"
         )
-    return task
+    return task, said
 
 
 @app.command("up")
@@ -50,15 +62,16 @@ def up(
     as_json: Json = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
+    secret: SecretOption = None,
 ) -> None:
     """Start a service: its replicas, and its endpoint on the server's host."""
-    task = _load(task_file, provider, env_overrides(env, env_file))
+    task, said = _load(task_file, provider, env, env_file, secret)
     with client() as api:
         view = api.serve_up(task, name=name)
     if as_json:
         print_json(view)
         return
-    say_new_warnings(view, [])
+    say_new_warnings(view, said)
     say(f"service {view['name']}: {view['status']}; endpoint {view['endpoint']}")
     say(f"watch it with: gpulease serve status {view['name']}")
 
@@ -71,15 +84,16 @@ def update(
     as_json: Json = False,
     env: EnvOption = None,
     env_file: EnvFileOption = None,
+    secret: SecretOption = None,
 ) -> None:
     """Roll the service to a new task: new replicas become ready before old ones drain."""
-    task = _load(task_file, provider, env_overrides(env, env_file))
+    task, said = _load(task_file, provider, env, env_file, secret)
     with client() as api:
         view = api.serve_update(name, task)
     if as_json:
         print_json(view)
         return
-    say_new_warnings(view, [])
+    say_new_warnings(view, said)
     say(f"service {view['name']}: rolling to version {view['version']} ({view['status']})")
 
 
@@ -159,6 +173,8 @@ def report(view: dict[str, Any], *, brief: bool = False) -> str:
     ]
     if brief:
         return "\n".join(lines)
+    if view.get("secrets"):
+        lines.append(f"  secrets: {', '.join(view['secrets'])}")
     lines.append(_replica_table(view["replicas"]))
     if view["decisions"]:
         lines.append("  scaling decisions:")

@@ -91,20 +91,25 @@ class Client(PoolRoutes, ServingMixin, ProfileRoutes, BenchRoutes):  # client/*.
         down: bool | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
         over_budget: bool = False,
     ) -> dict[str, Any]:
         """Launch ``task`` (a :class:`~gpulease.spec.Task`, or a mapping in either task format)
         on a new cluster. Relative local paths (``workdir``, ``file_mounts`` sources) are taken
         from the current directory. ``envs`` (like ``--env``) win over the task's; an env a
         mapping lists without a value takes it from ``environ`` (e.g. ``os.environ``; default:
-        nowhere) or the launch is refused (:class:`~gpulease.errors.SpecError`). The view has
+        nowhere) or the launch is refused (:class:`~gpulease.errors.SpecError`). ``secrets``
+        (like ``--secret``) are the same for the task's ``secrets:`` (names it does not list are
+        added); their values go in the request's own ``secrets`` field, never in the task, and
+        no view returns them. The view has
         ``warnings``: the fields read but not honoured. ``autostop_minutes`` and ``down`` (None:
         the task's) override the task's ``resources.autostop``. A ``block`` budget of the
         server's config refuses the launch (:class:`~gpulease.errors.UserInputError` naming it)
         unless ``over_budget``."""
         return post_task(self._http, "/v1/clusters", task, workdir=workdir, envs=envs,
-                         environ=environ, name=name, autostop_minutes=autostop_minutes,
-                         down=down, over_budget=over_budget or None)  # fmt: skip
+                         environ=environ, secrets=secrets, name=name,
+                         autostop_minutes=autostop_minutes, down=down,
+                         over_budget=over_budget or None)  # fmt: skip
 
     def clusters(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/clusters")["clusters"]
@@ -171,12 +176,15 @@ class Client(PoolRoutes, ServingMixin, ProfileRoutes, BenchRoutes):  # client/*.
         workdir: str | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
         over_budget: bool = False,
     ) -> dict[str, Any]:
         """Launch a managed job: it is recovered after preemptions and failures until it ends.
-        ``task``, local paths, ``envs``, ``environ`` and ``over_budget`` as in :meth:`launch`."""
+        ``task``, local paths, ``envs``, ``environ``, ``secrets`` and ``over_budget`` as in
+        :meth:`launch`."""
         return post_task(self._http, "/v1/jobs", task, workdir=workdir, envs=envs,
-                         environ=environ, name=name, over_budget=over_budget or None)  # fmt: skip
+                         environ=environ, secrets=secrets, name=name,
+                         over_budget=over_budget or None)  # fmt: skip
 
     def jobs(self, *, all_jobs: bool = True) -> list[dict[str, Any]]:
         params = {"all": "true" if all_jobs else "false"}

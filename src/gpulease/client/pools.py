@@ -28,13 +28,14 @@ class PoolRoutes:
         workdir: str | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Start a pool from a pool file (a task with a ``pool:`` section: min and max nodes,
         idle timeout; its ``resources`` say what a node is, its ``setup`` runs once per node).
-        Local paths, ``envs`` and ``environ`` as in ``Client.launch``. A managed job with
-        ``resources: {pool: NAME}`` then runs on an idle node of it."""
+        Local paths, ``envs``, ``environ`` and ``secrets`` as in ``Client.launch``. A managed
+        job with ``resources: {pool: NAME}`` then runs on an idle node of it."""
         return post_task(self._http, "/v1/pools", task, workdir=workdir, envs=envs,
-                         environ=environ, name=name)  # fmt: skip
+                         environ=environ, secrets=secrets, name=name)  # fmt: skip
 
     def pool_list(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/pools")["pools"]

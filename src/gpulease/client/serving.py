@@ -40,11 +40,13 @@ class ServingMixin:
         workdir: str | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Start a service (a task with a ``service:`` section): replicas behind an endpoint on
-        the server's host. ``task``, local paths, ``envs`` and ``environ`` as in ``launch``."""
+        the server's host. ``task``, local paths, ``envs``, ``environ`` and ``secrets`` as in
+        ``launch``."""
         return post_task(self._http, "/v1/services", task, workdir=workdir, envs=envs,
-                         environ=environ, name=name)  # fmt: skip
+                         environ=environ, secrets=secrets, name=name)  # fmt: skip
 
     def serve_list(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self._http.json("GET", "/v1/services")["services"]
@@ -70,11 +72,12 @@ class ServingMixin:
         workdir: str | None = None,
         envs: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Roll the service to a new task (version + 1): new replicas become ready before old
-        ones drain."""
+        ones drain. ``envs``, ``environ`` and ``secrets`` as in ``launch``."""
         return post_task(self._http, f"/v1/services/{name}/update", task, workdir=workdir,
-                         envs=envs, environ=environ)  # fmt: skip
+                         envs=envs, environ=environ, secrets=secrets)  # fmt: skip
 
     def serve_down(self, name: str) -> dict[str, Any]:
         """Drain and terminate every replica, then close the endpoint."""

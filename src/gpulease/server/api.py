@@ -5,6 +5,9 @@ Every route needs ``Authorization: Bearer <token>`` (the ``server.token`` file i
 or, for the dashboard's read routes (GET only), its session cookie (``server/webui``);
 ``GET /metrics`` (Prometheus text, outside ``/v1``) too, unless the config opens it to loopback
 scrapers.
+A launch's body carries the task (its ``secrets:`` by name only) and, beside it, ``secrets``: the
+values, typed :class:`~pydantic.SecretStr` from here on and never echoed — a 422 names fields,
+never the input.
 Errors are ``{"error": {"code", "message"}}`` with status 422 (bad input), 404 (no such cluster),
 409 (the cluster's status forbids it, or the name is taken), 503 (retry later) or 500. Routes are
 listed in docs/server.md. Moves no states itself.
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -49,6 +53,7 @@ class LaunchBody(_Body):
     task: dict[str, Any]
     name: str | None = None
     workdir: str | None = None
+    secrets: dict[str, SecretStr] = Field(default_factory=dict)  # the task's secrets' values
     autostop_minutes: int | None = Field(default=None, ge=0)
     down: bool | None = None  # None: the task's resources.autostop.down
     over_budget: bool = False  # launch although a block budget refuses it
@@ -58,6 +63,7 @@ class JobLaunchBody(_Body):
     task: dict[str, Any]
     name: str | None = None
     workdir: str | None = None
+    secrets: dict[str, SecretStr] = Field(default_factory=dict)  # the task's secrets' values
     over_budget: bool = False  # launch although a block budget refuses it
 
 
@@ -152,6 +158,7 @@ def create_app(
         bench_routes(router, benches)  # /v1/clusters/{name}/bench, /v1/bench (docs/bench.md)
     app.include_router(router)
     app.add_exception_handler(GpuleaseError, _error_response)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(_Unauthorised, _unauthorised)
     return app
 
@@ -159,6 +166,18 @@ def create_app(
 def _error_response(_request: Request, exc: GpuleaseError) -> JSONResponse:
     status, code = _status_of(exc)
     return JSONResponse({"error": {"code": code, "message": str(exc)}}, status_code=status)
+
+
+def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A body or parameter that fails its model: 422 in the usual error shape, each problem as
+    ``where: what`` — never the ``input`` FastAPI's own answer echoes (a request's ``secrets``
+    hold values that no answer may repeat)."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        problems.append(f"{where}: {error.get('msg', 'invalid')}" if where else error["msg"])
+    message = "; ".join(dict.fromkeys(problems)) or "invalid request"
+    return JSONResponse({"error": {"code": "invalid", "message": message}}, status_code=422)
 
 
 def _unauthorised(_request: Request, _exc: Exception) -> JSONResponse:
@@ -202,7 +221,7 @@ def _cluster_routes(router: APIRouter, service: ClusterService) -> None:
     def launch(body: LaunchBody) -> dict[str, Any]:
         return service.launch(body.task, name=body.name, workdir=body.workdir,
                               autostop_minutes=body.autostop_minutes, down=body.down,
-                              over_budget=body.over_budget)  # fmt: skip
+                              over_budget=body.over_budget, secrets=body.secrets)  # fmt: skip
 
     @router.get("/clusters")
     def clusters() -> dict[str, Any]:
@@ -257,9 +276,8 @@ def _agent_routes(router: APIRouter, service: ClusterService) -> None:
 def _job_routes(router: APIRouter, jobs: JobService) -> None:
     @router.post("/jobs", status_code=201)
     def launch_job(body: JobLaunchBody) -> dict[str, Any]:
-        return jobs.launch(
-            body.task, name=body.name, workdir=body.workdir, over_budget=body.over_budget
-        )
+        return jobs.launch(body.task, name=body.name, workdir=body.workdir,
+                           over_budget=body.over_budget, secrets=body.secrets)  # fmt: skip
 
     @router.get("/jobs")
     def list_jobs(all: bool = True) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import SecretStr
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -73,8 +74,9 @@ class JobService:
         name: str | None = None,
         workdir: str | None = None,
         over_budget: bool = False,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> dict[str, Any]:
-        taken = take_task(task_data, workdir=workdir)
+        taken = take_task(task_data, workdir=workdir, secrets=secrets)
         task = taken.task
         name = check_name(name or task.name or "job")
         self.clusters.registry_logins.check_launch(taken.run)
@@ -83,6 +85,7 @@ class JobService:
         # a job has no single plan estimate: a block budget refuses it only at its limit
         self.clusters.check_budgets(task.name, (*spot, *on_demand), None, over_budget)
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, (*spot, *on_demand))
+        taken = self.clusters.seal_secrets(taken)  # the one place the values leave the request
         with session_scope(self.engine) as session:
             clock_name = self.loop.clock_name(frozenset(t.provider for t in (*spot, *on_demand)))
             now_job = self.loop.job_clock(clock_name).now()
@@ -245,6 +248,7 @@ def job_view(session: Session, job: Job, *, with_history: bool = False) -> dict[
         "clock": job.clock,
         "task_id": doc.task_id if doc else None,
         "checkpoint_store": doc.checkpoint.store if doc and doc.checkpoint else None,
+        "secrets": list(doc.run.secret_names) if doc else [],  # names only, never a value
         "cost": _cost_report(job, doc, job_spend(session, job.id)),
         "blocked": list(job.blocked),
         "events": list(job.events),

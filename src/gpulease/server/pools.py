@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -48,6 +48,7 @@ class PoolUpBody(BaseModel):
     task: dict[str, Any]
     name: str | None = None
     workdir: str | None = None
+    secrets: dict[str, SecretStr] = Field(default_factory=dict)  # the task's secrets' values
 
 
 def sizing_of(task: Task) -> SizingPolicy:
@@ -81,9 +82,14 @@ class PoolService:
         self.wake = wake
 
     def up(
-        self, task_data: Mapping[str, Any], *, name: str | None = None, workdir: str | None = None
+        self,
+        task_data: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        workdir: str | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> dict[str, Any]:
-        taken = take_task(task_data, workdir=workdir)
+        taken = take_task(task_data, workdir=workdir, secrets=secrets)
         task = taken.task
         sizing = sizing_of(task)
         name = check_name(name or task.name)
@@ -97,6 +103,7 @@ class PoolService:
             degraded=self.clusters.degraded(),
         )
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, targets)
+        taken = self.clusters.seal_secrets(taken)  # the one place the values leave the request
         doc = PoolDocument(run=taken.run, plans=tuple(targets), sizing=sizing, spec=taken.spec)
         now = self.clusters.clock.now()
         with session_scope(self.engine) as session:
@@ -165,6 +172,7 @@ def pool_view(session: Session, pool: Pool, *, with_history: bool = False) -> di
         "min_nodes": doc.sizing.min_nodes,
         "max_nodes": doc.sizing.max_nodes,
         "idle_timeout_s": doc.sizing.idle_timeout_s,
+        "secrets": list(doc.run.secret_names),  # names only, never a value
         "desired_nodes": pool.desired_nodes,
         "nodes": nodes,
         "waiting_jobs": waiting_jobs(session, pool.name),
@@ -185,7 +193,7 @@ def pool_routes(router: APIRouter, pools: PoolService) -> None:
 
     @router.post("/pools", status_code=201)
     def pool_up(body: PoolUpBody) -> dict[str, Any]:
-        return pools.up(body.task, name=body.name, workdir=body.workdir)
+        return pools.up(body.task, name=body.name, workdir=body.workdir, secrets=body.secrets)
 
     @router.get("/pools")
     def pool_list() -> dict[str, Any]:

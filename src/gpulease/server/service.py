@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from gpulease import filesync
@@ -32,7 +33,7 @@ from gpulease.providers.registry import runtime_catalog
 from gpulease.server.budget_loop import BudgetLoop
 from gpulease.server.planning import launch_targets_and_estimate
 from gpulease.server.registry_logins import RegistryLogins
-from gpulease.server.tasks import take_task
+from gpulease.server.tasks import TakenTask, take_task
 from gpulease.server.uploads import check_sources
 from gpulease.server.vault import Vault
 from gpulease.server.views import cluster_view
@@ -132,12 +133,14 @@ class ClusterService:
         autostop_minutes: int | None = None,
         down: bool | None = None,
         over_budget: bool = False,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> dict[str, Any]:
         """Plan and write a new cluster. ``autostop_minutes`` / ``down`` (``launch -i N
         --down``) override the task's ``resources.autostop``; its load rule is kept. A
         ``block`` budget may refuse it (:class:`~gpulease.server.budget_loop.OverBudget`)
-        unless ``over_budget``."""
-        taken = take_task(task_data, workdir=workdir)
+        unless ``over_budget``. ``secrets``: the values of the task's secrets (the request's
+        ``secrets`` field; :meth:`seal_secrets`)."""
+        taken = take_task(task_data, workdir=workdir, secrets=secrets)
         name = check_name(name or taken.task.name)
         self.registry_logins.check_launch(taken.run)
         targets, estimate = launch_targets_and_estimate(taken.task, self.catalog(),
@@ -145,6 +148,7 @@ class ClusterService:
                                                         degraded=self.degraded())  # fmt: skip
         self.check_budgets(taken.task.name, targets, estimate, over_budget)
         self.check_files(taken.run.workdir, taken.run.file_mounts, targets)
+        taken = self.seal_secrets(taken)
         doc = LaunchDocument(run=taken.run, plans=tuple(targets), spec=taken.spec)
         auto = taken.task.resources.autostop
         if autostop_minutes is None and auto is not None:
@@ -162,6 +166,14 @@ class ClusterService:
         self.wake()
         ignored = ignored_field_warnings(taken.task.resources, (t.provider for t in targets))
         return {**view, "warnings": [*taken.warnings, *ignored]}
+
+    def seal_secrets(self, taken: TakenTask) -> TakenTask:
+        """The one place a launch's secret values leave the request (every launch path calls it
+        once its checks passed, before the task's document is built): ``taken.secrets`` (NAME →
+        SecretStr) are to be stored in the vault and the returned task's ``run.secret_set`` set
+        to the id of their set (issue 20; the vault is wired in here). Nothing else may keep,
+        log or store ``taken.secrets``. Today: ``taken`` unchanged (``run.secret_names`` only)."""
+        return taken
 
     def check_budgets(self, task_name: str | None, targets: Iterable[LaunchTarget],
                       estimate: float | None, over_budget: bool) -> None:  # fmt: skip

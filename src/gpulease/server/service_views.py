@@ -51,6 +51,7 @@ class ServiceViews:
             "min_replicas": doc.settings.min_replicas,
             "max_replicas": doc.settings.max_replicas,
             "autoscale": doc.policy is not None,
+            "secrets": list(doc.run.secret_names),  # names only, never a value
             "replicas": [r for r in replicas if r["status"] != "terminated"],
             "replica_history": len(replicas),
             "load": stats,

@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -56,6 +56,7 @@ class ServiceBody(BaseModel):
     task: dict[str, Any]
     name: str | None = None
     workdir: str | None = None
+    secrets: dict[str, SecretStr] = Field(default_factory=dict)  # the task's secrets' values
 
 
 class ServiceOps:
@@ -78,9 +79,14 @@ class ServiceOps:
     # ---- serve up / update ------------------------------------------------------------------
 
     def up(
-        self, task_data: Mapping[str, Any], *, name: str | None = None, workdir: str | None = None
+        self,
+        task_data: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        workdir: str | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> dict[str, Any]:
-        taken = take_task(task_data, workdir=workdir)
+        taken = take_task(task_data, workdir=workdir, secrets=secrets)
         name = check_name(name or taken.task.name)
         self.clusters.registry_logins.check_launch(taken.run)
         doc = self._document(taken)
@@ -106,9 +112,14 @@ class ServiceOps:
         return {**self.get(name), "warnings": self._warnings(taken, doc)}
 
     def update(
-        self, name: str, task_data: Mapping[str, Any], *, workdir: str | None = None
+        self,
+        name: str,
+        task_data: Mapping[str, Any],
+        *,
+        workdir: str | None = None,
+        secrets: Mapping[str, SecretStr] | None = None,
     ) -> dict[str, Any]:
-        taken = take_task(task_data, workdir=workdir)
+        taken = take_task(task_data, workdir=workdir, secrets=secrets)
         self.clusters.registry_logins.check_launch(taken.run)
         doc = self._document(taken)
         for _ in range(5):  # a lost compare-and-set (the loop moved it) is retried on fresh data
@@ -144,6 +155,7 @@ class ServiceOps:
         self.clusters.check_files(taken.run.workdir, taken.run.file_mounts, (*spot, *on_demand))
         policy = asdict(AutoscalePolicy.from_spec(service)) if service.autoscale else None
         settings = ServiceSettings.from_service_spec(service.model_dump())  # seconds as floats
+        taken = self.clusters.seal_secrets(taken)  # the one place the values leave the request
         return ServiceDocument(
             run=taken.run, settings=settings, spec=taken.spec,
             service=service.model_dump(mode="json", by_alias=True), policy=policy,
@@ -260,7 +272,7 @@ def _free_name(session: Session, name: str) -> None:
 def service_routes(router: APIRouter, ops: ServiceOps) -> None:
     @router.post("/services", status_code=201)
     def serve_up(body: ServiceBody) -> dict[str, Any]:
-        return ops.up(body.task, name=body.name, workdir=body.workdir)
+        return ops.up(body.task, name=body.name, workdir=body.workdir, secrets=body.secrets)
 
     @router.get("/services")
     def serve_list() -> dict[str, Any]:
@@ -276,7 +288,7 @@ def service_routes(router: APIRouter, ops: ServiceOps) -> None:
 
     @router.post("/services/{name}/update")
     def serve_update(name: str, body: ServiceBody) -> dict[str, Any]:
-        return ops.update(name, body.task, workdir=body.workdir)
+        return ops.update(name, body.task, workdir=body.workdir, secrets=body.secrets)
 
     @router.delete("/services/{name}")
     def serve_down(name: str) -> dict[str, Any]:

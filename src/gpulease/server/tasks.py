@@ -4,15 +4,20 @@ display copy of the spec.
 
 The client sends the task dumped once (``Task`` → JSON) with ``workdir`` and the local sources of
 ``file_mounts`` already absolute on this machine; the server parses it here, once, and nothing
-below the server reads the spec by string keys. Moves no states.
+below the server reads the spec by string keys. The task's ``secrets:`` come by name in the task
+and by value in the request's own ``secrets`` field: :class:`TakenTask` holds the values (as
+:class:`~pydantic.SecretStr`) for the launch path to hand to the vault, and its ``run`` and
+``spec`` carry the names only. Moves no states; stores nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import SecretStr
 
 from gpulease.errors import UserInputError
 from gpulease.spec import Task, task_from_dict_with_warnings
@@ -22,11 +27,13 @@ from gpulease.wire import RunSpec
 
 @dataclass(frozen=True, slots=True)
 class TakenTask:
-    """A request's task: the model, the warnings its parse gave, and its run part."""
+    """A request's task: the model, the warnings its parse gave, its run part and the values of
+    its secrets (every name of ``task.secrets`` has one; ``run.secret_names`` lists them)."""
 
     task: Task
     warnings: tuple[str, ...]
     run: RunSpec
+    secrets: Mapping[str, SecretStr] = field(default_factory=dict)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -34,13 +41,28 @@ class TakenTask:
         return self.task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
 
-def take_task(data: Mapping[str, Any], *, workdir: str | None = None) -> TakenTask:
+def take_task(
+    data: Mapping[str, Any],
+    *,
+    workdir: str | None = None,
+    secrets: Mapping[str, SecretStr] | None = None,
+) -> TakenTask:
     """Parse the request's task once; ``workdir`` (an absolute path the client resolved) wins
-    over the task's own. The client fills in envs without a value from its own side (``--env``,
-    its environment) and refuses the launch when one is left; the server never looks in its
-    own environment (a body that still has one gets a warning, and the env is left out)."""
-    task, warnings = task_from_dict_with_warnings(data)
-    return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir))
+    over the task's own; ``secrets`` (the request's ``secrets`` field) give the values of the
+    task's secrets, as ``--secret`` does (they win over values in the task and add names it
+    does not list). The client fills in envs and secrets without a value from its own side
+    (``--env``, ``--secret``, its environment) and refuses the launch when one is left; the server
+    never looks in its own environment: an env still without a value gets a warning and is left
+    out, a secret without one refuses the launch (bad input naming it, never a value)."""
+    task, warnings = task_from_dict_with_warnings(data, secrets=secrets)
+    missing = sorted(name for name, value in task.secrets.items() if value is None)
+    if missing:
+        raise UserInputError(
+            f"secrets: {', '.join(missing)} without a value: send each in the request's secrets "
+            "field (gpulease launch --secret NAME[=VALUE])"
+        )
+    values = {name: value for name, value in task.secrets.items() if value is not None}
+    return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir), values)
 
 
 def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
@@ -63,6 +85,7 @@ def run_spec(task: Task, *, workdir: str | None = None) -> RunSpec:
         acceptance=_acceptance(task),
         image=image_reference(task.resources.image_id) if task.resources.image_id else None,
         image_registry=registry_of(task.resources.image_id) if task.resources.image_id else None,
+        secret_names=tuple(sorted(task.secrets)),
     )
 
 

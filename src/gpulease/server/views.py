@@ -1,5 +1,6 @@
 """The JSON the API returns for a cluster (what ``gpulease status --json`` prints). Secrets never
-appear: no tokens, no token hashes, no task envs. Moves no states."""
+appear: no tokens, no token hashes, no task envs; the task's secrets by name only (``secrets``).
+Moves no states."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def cluster_view(
         "last_activity_at": cluster.last_activity_at,
         "failover_history": list(cluster.failover_history),
         "plans": len(doc.plans),
+        "secrets": list(doc.run.secret_names),  # names only, never a value
         "exit_code": exit_code(nodes),
         # where the task failed (FAILED with failure "task"): {rank, state, step, exit_code,
         # signal, detail}; None otherwise

@@ -12,6 +12,7 @@ Modules (private unless re-exported here):
 - ``fields``        field types of names, ``use_spot``, envs and free-form config
 - ``accelerators``  canonical accelerator names, aliases, the three accelerator forms
 - ``yaml_lines``    YAML ↔ data with the line of every key
+- ``secret_vars``   the ``secrets:`` field: names and SecretStr values, dumped as names only
 - ``normalize``     alternative spellings and SkyPilot task YAML → gpulease field names
 - ``candidates``    SkyPilot's any_of / ordered lists folded into one request (and candidates)
 - ``skypilot_serve`` SkyPilot's ``service:`` (SkyServe) and ``pool:`` fields → gpulease's
@@ -19,8 +20,8 @@ Modules (private unless re-exported here):
 - ``loader``        load / parse / dump entry points, SpecWarning
 - ``schema``        JSON Schema of the user-facing format
 
-The package imports only :mod:`gpulease.units`, :mod:`gpulease.errors`, pydantic, PyYAML and the
-standard library.
+The package imports only :mod:`gpulease.units`, :mod:`gpulease.errors`, :mod:`gpulease.wire`
+(the node variables), pydantic, PyYAML and the standard library.
 """
 
 from gpulease.spec.accelerators import KNOWN_ACCELERATORS, canonical_accelerator_name

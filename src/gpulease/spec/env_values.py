@@ -13,7 +13,8 @@ An entry still without a value is left for :mod:`gpulease.spec.normalize` to war
 leave out (``plan``); at a launch, :func:`require_values` makes it a
 :class:`~gpulease.errors.SpecError` naming ``envs.NAME`` and its line. The values are often
 secrets (``HF_TOKEN``, ``WANDB_API_KEY``): no message here, or anywhere in the spec package,
-contains one — messages name variables only. Moves no states; never mutates its input.
+contains one — messages name variables only. The same check covers ``secrets``
+(:mod:`gpulease.spec.secret_vars` fills them). Moves no states; never mutates its input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulease.errors import SpecError
+from gpulease.spec.secret_vars import missing_secret_hint
 from gpulease.spec.yaml_lines import Document
 
 __all__ = ["fill_envs", "missing_env_hint", "require_values"]
@@ -56,17 +58,25 @@ def fill_envs(
     return Document({**data, "envs": filled}, doc.lines, doc.source)
 
 
+def _without_value(doc: Document, field: str) -> list[Any]:
+    found = doc.data.get(field) if isinstance(doc.data, Mapping) else None
+    return [n for n, v in found.items() if v is None] if isinstance(found, Mapping) else []
+
+
 def require_values(doc: Document) -> None:
-    """Raise one SpecError for the envs of ``doc`` still without a value: the first (by line)
-    names its field and line, the others follow one per line in the same form."""
-    envs = doc.data.get("envs") if isinstance(doc.data, Mapping) else None
-    names = [n for n, v in envs.items() if v is None] if isinstance(envs, Mapping) else []
-    if not names:
+    """Raise one SpecError for the envs and secrets of ``doc`` still without a value: the first
+    (by line) names its field and line, the others follow one per line in the same form."""
+    errors = [
+        doc.error(("envs", name), f"has no value: {missing_env_hint(name)}")
+        for name in _without_value(doc, "envs")
+    ]
+    errors += [
+        doc.error(("secrets", name), f"has no value: {missing_secret_hint(name)}")
+        for name in _without_value(doc, "secrets")
+    ]
+    if not errors:
         return
-    errors = sorted(
-        (doc.error(("envs", name), f"has no value: {missing_env_hint(name)}") for name in names),
-        key=lambda error: error.line or 0,
-    )
+    errors.sort(key=lambda error: error.line or 0)
     first, rest = errors[0], errors[1:]
     message = "\n".join([first.message, *(str(error) for error in rest)])
     raise SpecError(message, field=first.field, line=first.line, source=first.source)

@@ -5,13 +5,15 @@
   not honoured are reported through :func:`warnings.warn` as :class:`SpecWarning`.
 - :func:`load_task_with_warnings` / :func:`parse_task_with_warnings` return those warnings as
   text lines instead (for the CLI to print).
-- Each of them takes, as keywords, what a launch adds to the file's ``envs``
-  (:mod:`gpulease.spec.env_values`): ``envs`` (``--env NAME=VALUE``: they win over the file's),
-  ``environ`` (where an env the file lists without a value is looked up: the launching
-  command's environment; None, the default: nowhere) and ``require_envs`` (an env still without
-  a value is then an error naming ``envs.NAME``; otherwise a warning, and it is left out).
+- Each of them takes, as keywords, what a launch adds to the file's ``envs`` and ``secrets``
+  (:mod:`gpulease.spec.env_values`, :mod:`gpulease.spec.secret_vars`): ``envs`` (``--env
+  NAME=VALUE``: they win over the file's), ``secrets`` (``--secret NAME=VALUE``: the same, for
+  secrets), ``environ`` (where an env or secret the file lists without a value is looked up: the
+  launching command's environment; None, the default: nowhere) and ``require_envs`` (an env or
+  secret still without a value is then an error naming ``envs.NAME`` / ``secrets.NAME``;
+  otherwise an env gets a warning and is left out, a secret stays without a value).
 - :func:`dump_task` writes a task back in the format a user writes (``parse_task(dump_task(t))
-  == t``).
+  == t`` for a task without secret values: a dump names secrets only, with null values).
 
 Any bad input, from unreadable files to wrong values, raises :class:`~gpulease.errors.SpecError`
 naming the file, line and field.
@@ -24,13 +26,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from gpulease.errors import SpecError
 from gpulease.spec.diagnostics import spec_error
 from gpulease.spec.env_values import fill_envs, require_values
 from gpulease.spec.models import Task
 from gpulease.spec.normalize import normalize
+from gpulease.spec.secret_vars import fill_secrets
 from gpulease.spec.yaml_lines import Document, dump_yaml, load_yaml
 
 __all__ = [
@@ -42,6 +45,9 @@ __all__ = [
     "parse_task_with_warnings",
     "task_from_dict",
 ]
+
+
+Secrets = Mapping[str, str | SecretStr] | None  # --secret NAME=VALUE, the request's secrets
 
 
 class SpecWarning(UserWarning):
@@ -58,6 +64,7 @@ def _task_from_document(
     doc: Document,
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> tuple[Task, list[str]]:
@@ -71,6 +78,7 @@ def _task_from_document(
             line=doc.line(()),
             source=doc.source,
         )
+    doc = fill_secrets(doc, overrides=secrets, environ=environ)
     doc = fill_envs(doc, overrides=envs, environ=environ)
     normalized = normalize(Document(dict(doc.data), doc.lines, doc.source))
     try:
@@ -94,6 +102,7 @@ def parse_task_with_warnings(
     source: str | None = None,
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> tuple[Task, list[str]]:
@@ -102,7 +111,11 @@ def parse_task_with_warnings(
     if not isinstance(text, str):
         raise SpecError(f"expected YAML text, got {type(text).__name__}", source=source)
     return _task_from_document(
-        load_yaml(text, source), envs=envs, environ=environ, require_envs=require_envs
+        load_yaml(text, source),
+        envs=envs,
+        secrets=secrets,
+        environ=environ,
+        require_envs=require_envs,
     )
 
 
@@ -111,12 +124,13 @@ def parse_task(
     source: str | None = None,
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> Task:
     """Parse task YAML (gpulease or SkyPilot form); warnings go to :func:`warnings.warn`."""
     task, messages = parse_task_with_warnings(
-        text, source, envs=envs, environ=environ, require_envs=require_envs
+        text, source, envs=envs, secrets=secrets, environ=environ, require_envs=require_envs
     )
     _emit(messages)
     return task
@@ -138,13 +152,19 @@ def load_task_with_warnings(
     path: str | os.PathLike[str],
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> tuple[Task, list[str]]:
     """Read a task file; return the task and one line per field read but not honoured.
     ``envs``/``environ``/``require_envs``: values of envs given at launch (module docstring)."""
     return parse_task_with_warnings(
-        _read(path), os.fspath(path), envs=envs, environ=environ, require_envs=require_envs
+        _read(path),
+        os.fspath(path),
+        envs=envs,
+        secrets=secrets,
+        environ=environ,
+        require_envs=require_envs,
     )
 
 
@@ -152,12 +172,13 @@ def load_task(
     path: str | os.PathLike[str],
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> Task:
     """Read a task file (gpulease or SkyPilot form); warnings go to :func:`warnings.warn`."""
     task, messages = load_task_with_warnings(
-        path, envs=envs, environ=environ, require_envs=require_envs
+        path, envs=envs, secrets=secrets, environ=environ, require_envs=require_envs
     )
     _emit(messages)
     return task
@@ -168,13 +189,16 @@ def task_from_dict_with_warnings(
     source: str | None = None,
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> tuple[Task, list[str]]:
     """Build a task from already-parsed data (the same forms as the YAML; no line numbers);
     return it and one line per field read but not honoured."""
     document = Document(data, {}, source)
-    return _task_from_document(document, envs=envs, environ=environ, require_envs=require_envs)
+    return _task_from_document(
+        document, envs=envs, secrets=secrets, environ=environ, require_envs=require_envs
+    )
 
 
 def task_from_dict(
@@ -182,12 +206,13 @@ def task_from_dict(
     source: str | None = None,
     *,
     envs: Mapping[str, str] | None = None,
+    secrets: Secrets = None,
     environ: Mapping[str, str] | None = None,
     require_envs: bool = False,
 ) -> Task:
     """Build a task from already-parsed data (the same forms as the YAML; no line numbers)."""
     task, messages = task_from_dict_with_warnings(
-        data, source, envs=envs, environ=environ, require_envs=require_envs
+        data, source, envs=envs, secrets=secrets, environ=environ, require_envs=require_envs
     )
     _emit(messages)
     return task
@@ -198,10 +223,12 @@ def with_providers(task: Task, providers: Sequence[str]) -> Task:
     (``--provider`` on the command line)."""
     data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     data.setdefault("resources", {})["providers"] = [p.lower() for p in providers]
-    return _task_from_document(Document(data, {}, None))[0]
+    limited = _task_from_document(Document(data, {}, None))[0]
+    return limited.model_copy(update={"secrets": dict(task.secrets)})  # the dump names them only
 
 
 def dump_task(task: Task) -> str:
-    """The task as YAML in the format a user writes; ``parse_task(dump_task(t)) == t``."""
+    """The task as YAML in the format a user writes; ``parse_task(dump_task(t)) == t`` (secrets:
+    names only, each null)."""
     data = task.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     return dump_yaml(data)

@@ -23,6 +23,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import (
     BeforeValidator,
+    ConfigDict,
     Field,
     PlainSerializer,
     ValidationInfo,
@@ -61,6 +62,7 @@ from gpulease.spec.quantities import (
     PositiveDuration,
     PositiveInt,
 )
+from gpulease.spec.secret_vars import SecretVars, secret_name_problem
 from gpulease.spec.serve_fields import PortList
 from gpulease.spec.service import ServiceSpec
 from gpulease.spec.workload import (
@@ -294,6 +296,9 @@ def _recovery(value: object) -> object:
 class Task(_Model):
     """A task: what to run, on what, by when and for how much."""
 
+    # a ValidationError's text never shows an input: the task's may hold its secrets' values
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     name: str | None = None
     """A name for display."""
     resources: Resources = Field(default_factory=Resources)
@@ -318,6 +323,10 @@ class Task(_Model):
     """Shell commands of the job, run on every node."""
     envs: EnvVars = Field(default_factory=dict)
     """Environment variables for setup and run."""
+    secrets: SecretVars = Field(default_factory=dict)
+    """Environment variables for setup and run whose values stay secret (SkyPilot's field):
+    NAME: value, or NAME: null to give it at launch (--secret NAME[=VALUE] or the launching
+    environment). Never shown, logged or stored in clear; a dump of the task names them only."""
     checkpoint: CheckpointSpec | None = None
     """Checkpoint directory, store and sync interval."""
     job_recovery: Annotated[JobRecovery, BeforeValidator(_recovery)] | None = None
@@ -334,6 +343,14 @@ class Task(_Model):
         if pool is not None and info.data.get("service") is not None:
             raise ValueError("a task is either a service (service:) or a pool (pool:), not both")
         return pool
+
+    @model_validator(mode="after")
+    def _secret_names_free(self) -> Self:
+        for name in self.secrets:
+            problem = secret_name_problem(name, self.envs)
+            if problem is not None:
+                raise ValueError(f"secrets.{name}: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _replica_port_from_ports(self) -> Self:

@@ -25,6 +25,7 @@ from gpulease.spec.accelerators import format_accelerators, parse_accelerators
 from gpulease.spec.candidates import RES, merge_candidates
 from gpulease.spec.env_values import missing_env_hint
 from gpulease.spec.images import translate_image_id
+from gpulease.spec.secret_vars import looks_secret, secret_name_problem, secret_value
 from gpulease.spec.skypilot_serve import translate_pool, translate_service
 from gpulease.spec.yaml_lines import Document, Path, format_path
 
@@ -33,8 +34,7 @@ __all__ = ["Normalized", "normalize"]
 _RES = RES
 
 _IGNORED_TOP = {
-    "secrets": "secrets are not passed on; give them as envs without a value and pass --env",
-    "managed_secrets": "secrets are not passed on",
+    "managed_secrets": "not supported; list the task's secrets under secrets:",
     "config": "SkyPilot config overrides do not apply",
     "volumes": "volumes are not supported",
     "volume_mounts": "volumes are not supported",
@@ -152,6 +152,8 @@ def _top_level(step: Pass, data: dict[Any, Any]) -> None:
         del data["workdir"]
     if isinstance(data.get("file_mounts"), dict):
         data["file_mounts"] = _file_mounts(step, data["file_mounts"])
+    if isinstance(data.get("secrets"), dict):
+        data["secrets"] = _secrets(step, data["secrets"], data.get("envs"))
     if isinstance(data.get("envs"), dict):
         data["envs"] = _envs(step, data["envs"])
     translate_service(step, data)
@@ -168,13 +170,40 @@ def _file_mounts(step: Pass, mounts: dict[Any, Any]) -> dict[Any, Any]:
     return kept
 
 
+def _secrets(step: Pass, secrets: dict[Any, Any], envs: Any) -> dict[Any, Any]:
+    """Names checked (``secrets.NAME`` and its line in the error), values wrapped in SecretStr at
+    once, so that no later error or repr shows one; null stays (given at launch)."""
+    kept = {}
+    for name, value in secrets.items():
+        problem = secret_name_problem(name, envs if isinstance(envs, dict) else ())
+        if problem is not None:
+            raise step.fail(("secrets", name), problem)
+        try:
+            kept[name] = secret_value(value)
+        except ValueError as exc:
+            raise step.fail(("secrets", name), str(exc)) from None
+    return kept
+
+
+_LOOKS_SECRET = (
+    "looks like a secret: give it under secrets: instead, so that its value stays out of the "
+    "server's state, views and logs"
+)
+
+
 def _envs(step: Pass, envs: dict[Any, Any]) -> dict[Any, Any]:
+    """Envs without a value are left out (with a warning saying how to give one); one whose
+    name looks like a secret's gets a warning pointing to ``secrets:`` — one warning per env,
+    naming it, never its value."""
     kept = {}
     for name, value in envs.items():
+        notes = [_LOOKS_SECRET] if looks_secret(name) else []
         if value is None:
-            step.warn(("envs", name), f"has no value and is left out ({missing_env_hint(name)})")
+            notes.insert(0, f"has no value and is left out ({missing_env_hint(name)})")
         else:
             kept[name] = value
+        if notes:
+            step.warn(("envs", name), "; it ".join(notes))
     return kept
 
 

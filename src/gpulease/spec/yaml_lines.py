@@ -95,8 +95,10 @@ class _Builder:
     def scalar(self, node: ScalarNode, path: Path) -> Any:
         try:
             return self.loader.construct_object(node)
-        except (yaml.YAMLError, ValueError, OverflowError, TypeError) as exc:
+        except (yaml.YAMLError, ValueError, OverflowError, TypeError, AttributeError) as exc:
             problem = getattr(exc, "problem", None) or str(exc)
+            if path[:1] in (("envs",), ("secrets",)):  # often a secret: never echoed
+                raise self.fail(node, f"invalid value: {problem}", path) from None
             raise self.fail(node, f"invalid value {node.value!r}: {problem}", path) from None
 
     def key(self, node: Node, path: Path) -> Any:
