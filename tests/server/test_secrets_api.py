@@ -25,6 +25,7 @@ from gpulease.server.pools import PoolUpBody
 from gpulease.server.service import ClusterService
 from gpulease.server.services import ServiceBody
 from gpulease.server.tasks import take_task
+from gpulease.server.vault import Vault, open_vault
 from gpulease.spec import parse_task
 from gpulease.state import get_cluster_by_name, session_scope
 from tests.controller.doubles import FakeAgents
@@ -43,9 +44,15 @@ def _canary() -> str:
 
 
 @pytest.fixture
-def http(engine: Engine) -> TestClient:
+def vault(engine: Engine, tmp_path: Path) -> Vault:
+    return open_vault(tmp_path, engine, {})
+
+
+@pytest.fixture
+def http(engine: Engine, vault: Vault) -> TestClient:
     service = ClusterService(engine, {"local": SellingFake(name="local")}, FakeAgents(),
                              clock=VirtualClock(), owner="gl-test")  # fmt: skip
+    service.vault = vault
     client = TestClient(create_app(service, SecretStr(TOKEN)))
     client.headers["Authorization"] = f"Bearer {TOKEN}"
     return client
@@ -59,7 +66,7 @@ def _db_bytes(engine: Engine) -> bytes:
 
 
 def test_a_launch_takes_the_values_beside_the_task_and_keeps_only_their_names(
-    http: TestClient, engine: Engine
+    http: TestClient, engine: Engine, vault: Vault
 ) -> None:
     token, key = _canary(), _canary()
     task = task_body("echo", name="sec", secrets={"HF_TOKEN": None})
@@ -71,13 +78,16 @@ def test_a_launch_takes_the_values_beside_the_task_and_keeps_only_their_names(
         row = get_cluster_by_name(session, "sec")
         assert row is not None
         doc = LaunchDocument.from_json(row.task)
-    assert doc.run.secret_names == ("HF_TOKEN", "WANDB_API_KEY") and doc.run.secret_set is None
+    assert doc.run.secret_names == ("HF_TOKEN", "WANDB_API_KEY") and doc.run.secret_set
     assert doc.spec["secrets"] == {"HF_TOKEN": None, "WANDB_API_KEY": None}
     shown = [response.text, http.get("/v1/clusters").text, http.get("/v1/clusters/sec").text]
     engine.dispose()  # the WAL checkpointed or not: neither file may hold a value
     found = _db_bytes(engine)
     assert not [c for c in (token, key) for text in shown if c in text]
     assert token.encode() not in found and key.encode() not in found
+    sealed = vault.load(doc.run.secret_set)  # the values are in the vault, sealed
+    assert {k: v.get_secret_value() for k, v in sealed.items()} == {
+        "HF_TOKEN": token, "WANDB_API_KEY": key}  # fmt: skip
 
 
 def test_a_secret_without_a_value_is_a_422_naming_it(http: TestClient) -> None:

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import SecretStr
@@ -171,9 +171,14 @@ class ClusterService:
         """The one place a launch's secret values leave the request (every launch path calls it
         once its checks passed, before the task's document is built): ``taken.secrets`` (NAME →
         SecretStr) are to be stored in the vault and the returned task's ``run.secret_set`` set
-        to the id of their set (issue 20; the vault is wired in here). Nothing else may keep,
-        log or store ``taken.secrets``. Today: ``taken`` unchanged (``run.secret_names`` only)."""
-        return taken
+        to the id of their set. Nothing else may keep, log or store ``taken.secrets``. A task
+        without secrets is returned as it is."""
+        if not taken.secrets:
+            return taken
+        if self.vault is None:
+            raise RuntimeError("this server has no vault for the task's secrets")
+        set_id = self.vault.store(taken.secrets)
+        return replace(taken, run=taken.run.model_copy(update={"secret_set": set_id}))
 
     def check_budgets(self, task_name: str | None, targets: Iterable[LaunchTarget],
                       estimate: float | None, over_budget: bool) -> None:  # fmt: skip
