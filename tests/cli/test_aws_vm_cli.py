@@ -8,10 +8,14 @@ cheapest instance may be elsewhere).
 own gpulease over SSH (the image has torch and no gpulease), the workdir travelled through the
 agent, the output came back through the SSH tunnel; ``logs``, ``exec`` and ``ssh`` reach the VM
 and ``down`` leaves no instance, VM, key pair or security group. ``examples/ddp-2node.yaml``
-trains with DDP across two VMs (torchrun's rendezvous and gloo over the VMs' own addresses)."""
+trains with DDP across two VMs (torchrun's rendezvous and gloo over the VMs' own addresses).
+The quickstart carries a canary secret (``--secret``): the job on the VM sees it, no file of the
+VM or of the server's home holds it once the task ended."""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ import yaml
 from gpulease.providers.wheel import own_version
 from tests.awsvm import AwsVms, aws_vms, vm_config, vm_image, vm_moto, vm_network, vm_user  # noqa: F401
 from tests.cli.conftest import ROOT, Cli
+from tests.server.test_secrets_canary import files_holding
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("awsvm")]
@@ -55,8 +60,14 @@ def test_the_quickstart_trains_on_a_vm_with_the_servers_own_gpulease(
     tmp_path: Path,
 ) -> None:
     quickstart = _in_us_east_1("quickstart.yaml", tmp_path)
-    launched = _ok(user("launch", quickstart, "--provider", "aws", timeout=300))
+    canary = secrets.token_hex(16)  # a secret through the SSH tunnel to the VM's agent (issue 20)
+    task = yaml.safe_load(Path(quickstart).read_text())
+    task["run"] = 'printf %s "$CANARY_TOKEN" | sha256sum; ' + task["run"]
+    Path(quickstart).write_text(yaml.safe_dump({**task, "secrets": {"CANARY_TOKEN": None}}))
+    launched = _ok(user("launch", quickstart, "--provider", "aws", "--secret",
+                        f"CANARY_TOKEN={canary}", timeout=300))  # fmt: skip
     assert "test accuracy" in launched.stdout and "quickstart: succeeded" in launched.stderr
+    assert hashlib.sha256(canary.encode()).hexdigest() in launched.stdout  # the job saw it
     assert "launching quickstart on aws/us-east-1" in launched.stderr
     ((instance_id, vm),) = aws_vms.cloud.vms.items()
     print(f"\nVM boot to agent start: {vm.agent_started_after():.1f} s")
@@ -73,6 +84,9 @@ def test_the_quickstart_trains_on_a_vm_with_the_servers_own_gpulease(
     assert (rank, agent, workdir) == ("0", own_version(), "train_digits.py")  # the task's dir
     assert f"inet {vm.address}/" in addr  # a real ssh session inside the VM's namespace
     assert "No module named 'gpulease'" in image  # the image has torch, not gpulease
+    assert canary not in launched.stdout + launched.stderr + shell.stdout
+    assert files_holding(vm.folder, canary) == []  # the VM's files, the task ended
+    assert files_holding(user.home, canary) == []  # the server's DB, logs, keys
 
     assert "quickstart: terminated" in _ok(user("down", "quickstart")).stdout
     state = aws_vms.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]
