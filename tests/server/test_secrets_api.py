@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from gpulease.client.tasks import prepare_task
 from gpulease.clock import VirtualClock
 from gpulease.controller import LaunchDocument
-from gpulease.errors import SpecError
+from gpulease.errors import SpecError, UserInputError
 from gpulease.server.api import JobLaunchBody, LaunchBody, create_app
 from gpulease.server.pools import PoolUpBody
 from gpulease.server.service import ClusterService
@@ -162,3 +162,11 @@ def test_the_client_sends_values_only_in_the_secrets_field(tmp_path: Path) -> No
     assert from_env.secrets_field() == {"HF_TOKEN": env}
     with pytest.raises(SpecError, match=r"^secrets\.HF_TOKEN: has no value"):
         prepare_task(mapping, cwd=tmp_path)
+
+
+def test_a_multi_line_secret_is_refused_at_launch_naming_it_not_its_value() -> None:
+    canary = _canary()
+    task = task_body("echo", name="pem", secrets={"KEY_PEM": None})
+    with pytest.raises(UserInputError) as refused:
+        take_task(task, secrets={"KEY_PEM": SecretStr(f"-----BEGIN-----\n{canary}\n")})
+    assert "KEY_PEM holds a line break" in str(refused.value) and canary not in str(refused.value)

@@ -62,6 +62,14 @@ def take_task(
             "field (gpulease launch --secret NAME[=VALUE])"
         )
     values = {name: value for name, value in task.secrets.items() if value is not None}
+    broken = sorted(
+        n for n, v in values.items() if any(c in v.get_secret_value() for c in "\r\n\0")
+    )
+    if broken:  # the node's agent holds them as KEY=VALUE lines (agent.task_secrets)
+        raise UserInputError(
+            f"secrets: {', '.join(broken)} holds a line break or NUL, which a node cannot pass "
+            "on as an environment variable: give it encoded (base64) and decode it in the task"
+        )
     return TakenTask(task, tuple(warnings), run_spec(task, workdir=workdir), values)
 
 
