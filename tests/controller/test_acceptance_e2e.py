@@ -91,6 +91,11 @@ def test_a_slowed_node_fails_acceptance_against_its_peer_and_is_replaced(
             runs = [(r.node_rank, r.verdict) for r in list_bench_runs(session, cluster="accept")]
     finally:
         engine.dispose()
-    assert sorted(runs) == [(0, "pass"), (0, "pass"), (1, "fail"), (1, "pass")]  # two rounds
+    # two rounds: the slowed node fails, its replacement and the healthy node are accepted (a
+    # "warn" is accepted too: a healthy node measured on a loaded machine may fall in its band)
+    by_rank = {rank: [v for r, v in runs if r == rank] for rank in (0, 1)}
+    assert len(by_rank[0]) == 2 and "fail" not in by_rank[0], runs
+    assert sorted(by_rank[1])[0] == "fail" and by_rank[1].count("fail") == 1, runs
+    assert len(by_rank[1]) == 2, runs
     assert list(degraded) == [("local", view["region"], view["instance_type"])]
     assert "matmul.fp32" in degraded[("local", view["region"], view["instance_type"])]

@@ -122,6 +122,8 @@ def test_a_canary_secret_reaches_each_task_and_no_surface(
     done = wait_until(lambda: (v := api.job(job_id))["status"] in {"succeeded", "failed"} and v,
                       120, "the job to end")  # fmt: skip
     assert done["status"] == "succeeded" and done["attempt"] >= 2, done
+    assert server.instances("can")  # its node is still up, its task ended: no file holds it
+    assert files_holding(server.home, canary) == []
 
     # a service's replica
     app = tmp_path / "app" / "replica.py"
