@@ -4,6 +4,7 @@ migrations ship inside the package (no alembic.ini, any working directory)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -115,10 +116,11 @@ def test_the_migrations_are_part_of_the_package() -> None:
         "0012_bench_runs.py",
         "0013_secret_sets.py",
     ]
-    pytest.importorskip("setuptools")  # not in every venv (Python >= 3.12)
+    if importlib.util.find_spec("setuptools") is None:  # not in every venv (Python >= 3.12)
+        pytest.skip("setuptools is not installed")
     src = Path(gpulease.state.__file__).resolve().parents[2]
-    # in a process of its own: setuptools asserts when distutils was imported before it, which
-    # an earlier test of the same worker may have done
+    # setuptools only in a process of its own (not even imported here): it asserts when
+    # distutils was imported before it, which an earlier test of the same worker may have done
     probe = ("import json, sys, setuptools as s; print(json.dumps([sorted(f(sys.argv[1])) "
              "for f in (s.find_packages, s.find_namespace_packages)]))")  # fmt: skip
     found = subprocess.run([sys.executable, "-c", probe, str(src)], capture_output=True,
