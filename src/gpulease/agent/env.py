@@ -16,24 +16,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpulease.wire import NodeTask
+from gpulease.wire import NODE_VARIABLES, NodeTask
 
-NODE_VARIABLES = (
-    "GPULEASE_NODE_RANK",
-    "GPULEASE_NUM_NODES",
-    "GPULEASE_NODE_IPS",
-    "GPULEASE_GPUS_PER_NODE",
-    "GPULEASE_TASK_ID",
-    "GPULEASE_CHECKPOINT_DIR",
-    "GPULEASE_PREEMPTION_FILE",
-    "GPULEASE_TRAIN_STATS_FILE",
-    "GPULEASE_ACCELERATOR",
-    "GPULEASE_WORK_DIR",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "NODE_RANK",
-    "NNODES",
-)
+__all__ = ["NODE_VARIABLES", "container_env", "job_env", "node_env"]
 
 
 def node_env(
