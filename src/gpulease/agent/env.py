@@ -69,18 +69,9 @@ def job_env(
     if venv is not None:
         env["VIRTUAL_ENV"] = str(venv)
         env.pop("PYTHONHOME", None)  # it would point the venv's python elsewhere
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(sub.envs)
-    env.update(
-        node_env(
-            sub,
-            work_dir=work_dir,
-            checkpoint_dir=checkpoint_dir,
-            preemption_file=preemption_file,
-            train_stats_file=train_stats_file,
-        )
-    )
-    return env
+    return _with_task_layers(env, sub, node_env(sub, work_dir=work_dir,
+                             checkpoint_dir=checkpoint_dir, preemption_file=preemption_file,
+                             train_stats_file=train_stats_file))  # fmt: skip
 
 
 # what a container of the task gets from the agent's own environment (the local provider's
@@ -102,17 +93,19 @@ def container_env(
     has its own), so ``PYTHONUNBUFFERED=1``, :data:`CONTAINER_PASSED` from ``base``, the task's
     ``envs``, then the node variables."""
     env = {k: base[k] for k in CONTAINER_PASSED if k in base}
+    return _with_task_layers(env, sub, node_env(sub, work_dir=work_dir,
+                             checkpoint_dir=checkpoint_dir, preemption_file=preemption_file,
+                             train_stats_file=train_stats_file))  # fmt: skip
+
+
+def _with_task_layers(
+    env: dict[str, str], sub: NodeTask, node: Mapping[str, str]
+) -> dict[str, str]:
+    """``env`` with the layers every task environment ends with: ``PYTHONUNBUFFERED=1``, the
+    task's ``envs``, then the node variables ``node`` (which a task cannot override)."""
     env["PYTHONUNBUFFERED"] = "1"
     env.update(sub.envs)
-    env.update(
-        node_env(
-            sub,
-            work_dir=work_dir,
-            checkpoint_dir=checkpoint_dir,
-            preemption_file=preemption_file,
-            train_stats_file=train_stats_file,
-        )
-    )
+    env.update(node)
     return env
 
 
